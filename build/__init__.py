@@ -1,0 +1,1 @@
+"""Build step: catalogue -> validate -> export weights -> model_store/<name>.mar."""

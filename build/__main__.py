@@ -1,0 +1,59 @@
+"""`python -m build`: turn the catalogue into model_store/<name>.mar, incrementally.
+
+A broken entry fails with a message naming the model and the problem; the other archives are
+still built and the exit status says something failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from build.archive import build_entry
+from build.catalogue import Catalogue
+from build.errors import BuildError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m build", description=__doc__.splitlines()[0])
+    parser.add_argument("--catalogue", type=Path, default=ROOT / "catalogue.yaml")
+    parser.add_argument("--out", type=Path, default=ROOT / "model_store", help="model store folder")
+    parser.add_argument("--model", action="append", help="build only this model (repeatable)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if the inputs are unchanged")
+    args = parser.parse_args(argv)
+
+    try:
+        catalogue = Catalogue.load(args.catalogue)
+        names = args.model or list(catalogue.names)
+        unknown = [name for name in names if name not in catalogue.names]
+        if unknown:
+            raise BuildError(f"no model {unknown[0]!r} in {args.catalogue} (known: {', '.join(catalogue.names)})")
+    except BuildError as err:
+        print(f"build failed: {err}", file=sys.stderr)
+        return 1
+
+    failed = []
+    for i, name in enumerate(names, 1):
+        print(f"[{i}/{len(names)}] {name}", flush=True)
+        try:
+            result = build_entry(catalogue, name, ROOT, args.out, force=args.force,
+                                 progress=lambda msg: print(msg, flush=True))
+        except BuildError as err:
+            print(f"  FAILED {name}: {err}", file=sys.stderr, flush=True)
+            failed.append(name)
+            continue
+        if result.rebuilt:
+            print(f"  built {result.archive} in {result.seconds:.1f}s", flush=True)
+        else:
+            print(f"  {result.archive} is up to date (inputs unchanged)", flush=True)
+    if failed:
+        print(f"build failed for: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The request loop every model handler inherits.
+
+settings -> runtime (threads, precision, graph) -> per-request decode -> batched infer -> post.
+Each request is validated on its own: a bad one gets its own 4xx through
+``context.set_response_status(code, message, idx)`` and its batch-mates are answered normally.
+Subclasses supply the family-specific parts (decode, collate, forward, postprocess, example batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
+
+import torch
+
+from handlers import runtime
+from handlers.errors import BadInput, HandlerError
+from handlers.profiling import make_profiler, region
+from handlers.settings import HandlerSettings
+from handlers.stage_metrics import StageClock, emit
+
+log = logging.getLogger(__name__)
+
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
+
+
+def request_body(request: Any) -> Any:
+    """The payload of one request as TorchServe passes it: raw body, or a single form field."""
+    if not isinstance(request, dict):
+        return request
+    for key in ("data", "body"):
+        if key in request:
+            return request[key]
+    if len(request) == 1:
+        return next(iter(request.values()))
+    raise BadInput("send the input as the request body (or a single form field named 'data')")
+
+
+def status_phrase(message: str) -> str:
+    """HTTP reason phrases must be one printable ASCII line."""
+    return _UNPRINTABLE.sub(" ", message)[:200].strip()
+
+
+class ModelHandler:
+    """Base handler: TorchServe instantiates a subclass once per worker."""
+
+    family_settings_type: type = type(None)  # ImageSettings / TextSettings in subclasses
+
+    def __init__(self):
+        self.initialized = False
+        self.settings: Optional[HandlerSettings] = None
+        self.model = None
+        self.profiler = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def initialize(self, context) -> None:
+        started = time.perf_counter()
+        props = context.system_properties
+        model_dir = Path(props["model_dir"])
+        self.model_name = context.model_name
+        yaml_config = getattr(context, "model_yaml_config", None) or {}
+        self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"), self.family_settings_type)
+        rt = self.settings.runtime
+        self.device = runtime.choose_device(props.get("gpu_id"))
+        self.max_batch_size = int(props.get("batch_size") or 1)
+        workers = runtime.sibling_worker_count()
+        self.threads = runtime.thread_budget(rt, workers, runtime.usable_cores())
+        runtime.apply_threads(self.threads, rt.interop_threads)
+        runtime.configure_cuda(rt, self.device)
+        # TorchScript archives were traced under their precision: the casts are already in the graph.
+        self.autocast_dtype = (
+            None if rt.graph == "torchscript" else runtime.resolve_precision(rt.precision, self.device)
+        )
+        self.setup(model_dir)
+        self.model = self.load_model(model_dir)
+        if rt.warmup:
+            runtime.warm_up(lambda size: self.infer(self.example_batch(size)), self.max_batch_size)
+        self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")
+        self.initialized = True
+        log.info(
+            "%s ready in %.1fs: device=%s threads=%d (workers=%d) precision=%s graph=%s max_batch=%d",
+            self.model_name, time.perf_counter() - started, self.device, self.threads, workers,
+            rt.precision if self.autocast_dtype is not None or rt.precision == "fp32" else "fp32 (fallback)",
+            rt.graph, self.max_batch_size,
+        )
+
+    def load_model(self, model_dir: Path):
+        rt = self.settings.runtime
+        weights = model_dir / self.settings.weights
+        if rt.graph == "torchscript":
+            return runtime.load_torchscript(str(weights), self.device)
+        model = self.build_model(self.settings.family, model_dir)
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        model = runtime.prepare_eager(model, self.device, rt.channels_last)
+        if rt.graph == "compile":
+            return runtime.compile_model(model, rt.compile_mode)
+        return model
+
+    # ---- the request loop ------------------------------------------------------------------
+    def handle(self, data: Optional[List[Any]], context) -> Optional[List[Any]]:
+        if data is None:
+            return None
+        clock = StageClock()
+        results: List[Any] = [None] * len(data)
+        accepted: List[int] = []
+        items: List[Any] = []
+
+        started = clock.start()
+        with region(self.profiler, "preprocess"):
+            for idx, request in enumerate(data):
+                try:
+                    items.append(self.decode(request_body(request), _content_type(context, idx)))
+                    accepted.append(idx)
+                except HandlerError as err:
+                    results[idx] = self.reject(context, idx, err)
+                except Exception:  # an input no check foresaw: fail this request only, keep the batch
+                    log.exception("unexpected error decoding request %d", idx)
+                    results[idx] = self.reject(context, idx, BadInput("the request could not be read"))
+            inputs = self.collate(items) if items else None
+        clock.stop("preprocess", started)
+
+        if items:
+            started = clock.start()
+            with region(self.profiler, "inference"):
+                outputs = self.infer(inputs)
+            clock.stop("inference", started)
+            started = clock.start()
+            with region(self.profiler, "postprocess"):
+                for idx, answer in zip(accepted, self.postprocess(outputs, inputs)):
+                    results[idx] = answer
+            clock.stop("postprocess", started)
+
+        emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
+        if self.profiler is not None:
+            self.profiler.step()
+        return results
+
+    def infer(self, inputs):
+        with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):
+            return self.forward(inputs)
+
+    @staticmethod
+    def reject(context, idx: int, err: HandlerError) -> dict:
+        context.set_response_status(err.status, status_phrase(err.message), idx)
+        return {"code": err.status, "type": err.kind, "message": err.message}
+
+    # ---- family hooks ----------------------------------------------------------------------
+    def setup(self, model_dir: Path) -> None:
+        """Load what pre/post-processing needs (labels, tokenizer)."""
+
+    @classmethod
+    def build_model(cls, family, model_dir: Path) -> torch.nn.Module:
+        """The eager architecture (weights loaded separately); also used by the build step."""
+        raise NotImplementedError
+
+    def decode(self, body: Any, content_type: str) -> Any:
+        """Validate and decode one request; raise BadInput with a message saying what is wrong."""
+        raise NotImplementedError
+
+    def collate(self, items: Sequence[Any]):
+        raise NotImplementedError
+
+    def forward(self, inputs):
+        raise NotImplementedError
+
+    def postprocess(self, outputs, inputs) -> List[Any]:
+        raise NotImplementedError
+
+    def example_batch(self, batch_size: int):
+        """A realistic batch for warm-up (and tracing at build time)."""
+        raise NotImplementedError
+
+
+def _content_type(context, idx: int) -> str:
+    try:
+        headers = context.get_all_request_header(idx) or {}
+    except (AttributeError, IndexError, KeyError, TypeError):  # contexts without request headers
+        return ""
+    for key, value in headers.items():
+        if str(key).lower() == "content-type":
+            return str(value).split(";")[0].strip().lower()
+    return ""

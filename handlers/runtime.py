@@ -1,0 +1,136 @@
+"""Runtime optimisations: each a small function with one job, called from the base handler."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Callable, Optional
+
+import psutil
+import torch
+
+from handlers.errors import ConfigError
+from handlers.settings import RuntimeSettings
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def choose_device(gpu_id: Optional[int]) -> torch.device:
+    """TorchServe hands a gpu_id to GPU workers; everything else runs on the CPU."""
+    if gpu_id is not None and torch.cuda.is_available():
+        return torch.device(f"cuda:{gpu_id}")
+    return torch.device("cpu")
+
+
+def usable_cores() -> int:
+    """Physical cores this process may run on (affinity and SMT taken into account)."""
+    physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return max(1, min(physical, len(os.sched_getaffinity(0))))
+
+
+def sibling_worker_count() -> int:
+    """How many TorchServe workers serve this model, counting this one.
+
+    The frontend starts a model's workers together and each runs in the model's extracted
+    directory, so siblings are the frontend's python children sharing our working directory.
+    """
+    me = psutil.Process()
+    try:
+        cwd = me.cwd()
+        siblings = [p for p in me.parent().children() if p.pid != me.pid and _is_worker_in(p, cwd)]
+    except (psutil.Error, AttributeError):  # no parent (unit tests) or a sibling vanished
+        return 1
+    return 1 + len(siblings)
+
+
+def _is_worker_in(process: psutil.Process, cwd: str) -> bool:
+    try:
+        return process.cwd() == cwd and any("model_service_worker" in part for part in process.cmdline())
+    except psutil.Error:
+        return False
+
+
+def thread_budget(settings: RuntimeSettings, workers: int, cores: int) -> int:
+    """Intra-op threads per worker: the setting, or cores shared out so workers never oversubscribe."""
+    if settings.threads is not None:
+        return settings.threads
+    return max(1, cores // max(1, workers))
+
+
+def apply_threads(intra_op: int, inter_op: int) -> None:
+    torch.set_num_threads(intra_op)
+    try:
+        torch.set_num_interop_threads(inter_op)
+    except RuntimeError:  # only settable once per process, before inter-op work starts
+        log.info("inter-op threads already fixed at %d", torch.get_num_interop_threads())
+
+
+def resolve_precision(requested: str, device: torch.device) -> Optional[torch.dtype]:
+    """The autocast dtype to use, or None for fp32; falls back (logged) where the device lacks support."""
+    if requested not in _DTYPES:
+        raise ConfigError(f"runtime.precision: unknown precision {requested!r}")
+    dtype = _DTYPES[requested]
+    if dtype is None:
+        return None
+    if device.type == "cuda":
+        if dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
+            log.warning("bf16 not supported on %s: falling back to fp16", device)
+            return torch.float16
+        return dtype
+    supported = {
+        torch.bfloat16: torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+        torch.float16: torch.ops.mkldnn._is_mkldnn_fp16_supported(),
+    }[dtype]
+    if not supported:
+        log.warning("%s autocast not supported by this CPU: falling back to fp32", requested)
+        return None
+    return dtype
+
+
+def autocast(device: torch.device, dtype: Optional[torch.dtype]):
+    """The autocast context for a forward pass; a no-op context in fp32."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def configure_cuda(settings: RuntimeSettings, device: torch.device) -> None:
+    if device.type != "cuda":
+        return
+    torch.backends.cudnn.benchmark = settings.cudnn_benchmark
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def prepare_eager(model: torch.nn.Module, device: torch.device, channels_last: bool) -> torch.nn.Module:
+    model = model.eval().to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+def load_torchscript(path: str, device: torch.device) -> torch.jit.ScriptModule:
+    """Load an archive's TorchScript (traced and frozen at build time) and optimise it for this host."""
+    module = torch.jit.load(path, map_location=device).eval()
+    return torch.jit.optimize_for_inference(module)
+
+
+def compile_model(model: torch.nn.Module, mode: str) -> Callable:
+    """torch.compile is lazy: the first calls (made during warm-up) do the compiling."""
+    return torch.compile(model, mode=mode, dynamic=False)
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host -> device copy; on CUDA from pinned memory so the copy overlaps with the launch."""
+    if device.type != "cuda":
+        return batch
+    return batch.pin_memory().to(device, non_blocking=True)
+
+
+def warm_up(forward: Callable[[int], object], max_batch_size: int) -> None:
+    """One forward pass per batch size up to the maximum, so no real request pays for first-call setup."""
+    for batch_size in range(1, max(1, max_batch_size) + 1):
+        forward(batch_size)

@@ -1,0 +1,150 @@
+"""Handler settings: read once from the archive's model-config.yaml `handler:` section.
+
+Frozen dataclasses, built at the edge (``initialize``) and passed around as objects.
+An unknown key is an error that names the key, so a typo never silently means "default".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Optional
+
+from handlers.errors import ConfigError
+
+Precision = Literal["fp32", "bf16", "fp16"]
+Graph = Literal["eager", "torchscript", "compile"]
+
+
+def _check_value(where: str, name: str, hint: Any, value: Any) -> Any:
+    """Type-check one value against its annotation; returns the value (ints widen to float)."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise ConfigError(f"{where}.{name}: {value!r} is not one of {list(typing.get_args(hint))}")
+        return value
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _check_value(where, name, inner, value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{where}.{name}: expected an integer, got {value!r}")
+    if hint in (str, bool, float) and not isinstance(value, hint):
+        raise ConfigError(f"{where}.{name}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def parse_section(cls, mapping: Optional[Mapping[str, Any]], where: str):
+    """Build dataclass ``cls`` from a mapping; unknown keys and wrong types raise ConfigError."""
+    mapping = {} if mapping is None else mapping
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(mapping).__name__}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(mapping) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, value in mapping.items():
+        if dataclasses.is_dataclass(hints[name]):
+            values[name] = parse_section(hints[name], value, f"{where}.{name}")
+        else:
+            values[name] = _check_value(where, name, hints[name], value)
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """How the model runs: thread budget, precision, graph mode, memory format, warm-up."""
+
+    threads: Optional[int] = None  # None: physical cores / workers of this model
+    interop_threads: int = 1
+    precision: Precision = "fp32"
+    graph: Graph = "eager"
+    compile_mode: str = "default"
+    channels_last: bool = False
+    warmup: bool = True
+    cudnn_benchmark: bool = True
+    cuda_graphs: bool = False
+
+    def __post_init__(self):
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"runtime.threads: must be >= 1 or null for auto, got {self.threads}")
+        if self.interop_threads < 1:
+            raise ConfigError(f"runtime.interop_threads: must be >= 1, got {self.interop_threads}")
+
+
+@dataclass(frozen=True)
+class ProfilerSettings:
+    """torch.profiler schedule, used only when ENABLE_TORCH_PROFILER=true in the server's environment."""
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1
+    trace_dir: str = ""  # empty: <server working dir>/logs/torch_profiler
+    top_operators: int = 15
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """Image classifier: decoding limits and the resize/crop geometry."""
+
+    architecture: str = "efficientnet-lite0"
+    labels: str = "labels.json"
+    image_size: int = 224
+    resize_size: int = 256
+    mean: float = 127.0
+    std: float = 128.0
+    top_k: int = 5
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_image_pixels: int = 40_000_000
+    draft_decode: bool = True
+
+
+@dataclass(frozen=True)
+class TextSettings:
+    """Text embedder: tokenizer files, truncation and dynamic padding buckets."""
+
+    config: str = "config.json"
+    tokenizer: str = "tokenizer.json"
+    max_length: int = 256
+    pad_bucket: int = 16
+    pad_to_max_length: bool = False  # the naive path: every request padded to max_length
+    max_body_bytes: int = 1024 * 1024
+    normalize: bool = True
+
+    def __post_init__(self):
+        if self.pad_bucket < 1 or self.max_length < 2:
+            raise ConfigError("model.pad_bucket must be >= 1 and model.max_length >= 2")
+
+
+@dataclass(frozen=True)
+class HandlerSettings:
+    """The whole `handler:` section of an archive's model-config.yaml."""
+
+    weights: str
+    family: Any  # ImageSettings or TextSettings, chosen by the handler class
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    profiler: ProfilerSettings = field(default_factory=ProfilerSettings)
+
+    @classmethod
+    def from_mapping(cls, section: Optional[Mapping[str, Any]], family_type, where: str = "handler"):
+        section = dict(section or {})
+        known = {"weights", "runtime", "profiler", "model"}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})")
+        weights = section.get("weights")
+        if not isinstance(weights, str) or not weights:
+            raise ConfigError(f"{where}.weights: the weights file name is required")
+        return cls(
+            weights=weights,
+            family=parse_section(family_type, section.get("model"), f"{where}.model"),
+            runtime=parse_section(RuntimeSettings, section.get("runtime"), f"{where}.runtime"),
+            profiler=parse_section(ProfilerSettings, section.get("profiler"), f"{where}.profiler"),
+        )

@@ -1,0 +1,49 @@
+"""A stand-in for TorchServe's Context: enough for handlers to run in-process (unit tests only)."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+
+class FakeMetrics:
+    def __init__(self):
+        self.calls: List[Tuple[str, str, float, dict]] = []
+
+    def add_time(self, name, value, idx=None, unit="ms", dimensions=(), metric_type=None):
+        self.calls.append(("time", name, value, {d.name: d.value for d in dimensions}))
+
+    def add_counter(self, name, value, idx=None, dimensions=()):
+        self.calls.append(("counter", name, value, {d.name: d.value for d in dimensions}))
+
+
+class FakeContext:
+    def __init__(self, model_dir: Path, model_name: str, batch_size: int = 4,
+                 handler_overrides: Optional[dict] = None):
+        config = yaml.safe_load((model_dir / "model-config.yaml").read_text())
+        for section, values in (handler_overrides or {}).items():
+            if isinstance(values, dict):
+                config["handler"].setdefault(section, {}).update(values)
+            else:
+                config["handler"][section] = values
+        self.model_name = model_name
+        self.model_yaml_config = config
+        self.system_properties = {"model_dir": str(model_dir), "gpu_id": None, "batch_size": batch_size}
+        self.metrics = FakeMetrics()
+        self.headers: Dict[int, Dict[str, str]] = {}
+        self.statuses: Dict[int, Tuple[int, str]] = {}
+
+    def get_all_request_header(self, idx: int) -> Dict[str, str]:
+        return self.headers.get(idx, {})
+
+    def set_response_status(self, code: int = 200, phrase: str = "", idx: int = 0):
+        self.statuses[idx] = (code, phrase)
+
+
+def extract(archive: Path, into: Path) -> Path:
+    with zipfile.ZipFile(archive) as mar:
+        mar.extractall(into)
+    return into
