@@ -18,14 +18,14 @@ from handlers.settings import ImageSettings
 def load_labels(path: Path) -> List[str]:
     """Class names by index: a JSON list, or {"index": "name, synonym, ..."} (first synonym kept).
 
-    ImageNet repeats a few first synonyms ("crane", "maillot"): those keep their full name so every
-    label, used as a key of the response, stays unique.
+    ImageNet repeats a few names ("crane" the bird and the machine): those get their class index
+    appended, so every label, used as a key of the response, stays unique.
     """
     raw = json.loads(path.read_text(encoding="utf-8"))
     full = raw if isinstance(raw, list) else [raw[str(i)] for i in range(len(raw))]
     short = [name.split(",")[0].strip() for name in full]
     repeated = {name for name in short if short.count(name) > 1}
-    return [f if s in repeated else s for s, f in zip(short, full)]
+    return [f"{name} ({i})" if name in repeated else name for i, name in enumerate(short)]
 
 
 class ImageClassifier(ModelHandler):

@@ -1,0 +1,53 @@
+"""Unit-test fixtures: real archives (built incrementally), extracted once, handlers in-process."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from build.archive import build_entry
+from build.catalogue import Catalogue
+
+from .fake_context import FakeContext, extract
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def archive_dirs(tmp_path_factory):
+    """model name -> folder holding the extracted real archive."""
+    catalogue = Catalogue.load(ROOT / "catalogue.yaml")
+    dirs = {}
+    for name in catalogue.names:
+        result = build_entry(catalogue, name, ROOT, ROOT / "model_store", progress=lambda _: None)
+        dirs[name] = extract(result.archive, tmp_path_factory.mktemp(name))
+    return dirs
+
+
+def make_handler(handler_cls, model_dir: Path, name: str, batch_size: int = 4, **overrides):
+    context = FakeContext(model_dir, name, batch_size=batch_size, handler_overrides=overrides)
+    handler = handler_cls()
+    handler.initialize(context)
+    return handler, context
+
+
+@pytest.fixture(scope="session")
+def photos():
+    import skimage
+
+    data = Path(skimage.__file__).parent / "data"
+    return {"cat": (data / "chelsea.png").read_bytes(), "coffee": (data / "coffee.png").read_bytes()}
+
+
+def encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **kwargs)
+    return buffer.getvalue()
+
+
+def png_of(array: np.ndarray, mode: str = None) -> bytes:
+    return encode(Image.fromarray(array, mode) if mode else Image.fromarray(array), "PNG")

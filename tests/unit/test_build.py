@@ -1,0 +1,109 @@
+"""Build step: catalogue validation, archive layout, incremental rebuilds, isolation of failures."""
+
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from build.__main__ import main as build_main
+from build.archive import archived_frontend_keys
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = yaml.safe_load((ROOT / "catalogue.yaml").read_text())["models"]["efficientnet_lite0"]
+
+
+def write_catalogue(tmp_path: Path, **entries) -> Path:
+    path = tmp_path / "catalogue.yaml"
+    path.write_text(yaml.safe_dump({"models": entries}))
+    return path
+
+
+def run_build(catalogue: Path, store: Path, capsys, *extra):
+    code = build_main(["--catalogue", str(catalogue), "--out", str(store), *extra])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def with_changes(**changes):
+    entry = yaml.safe_load(yaml.safe_dump(IMAGE))
+    entry.update(changes)
+    return entry
+
+
+def test_archive_layout_and_incremental(tmp_path, capsys):
+    store = tmp_path / "store"
+    catalogue = write_catalogue(tmp_path, img=IMAGE)
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 0 and "built" in out
+    with zipfile.ZipFile(store / "img.mar") as mar:
+        names = set(mar.namelist())
+        config = yaml.safe_load(mar.read("model-config.yaml"))
+        assert {"handlers/base.py", "handlers/runtime.py", "image_classifier.py", "labels.json", "model.pt"} <= names
+        mar.extract("model.pt", tmp_path)
+    assert set(config) == {"handler"} and config["handler"]["weights"] == "model.pt"
+    assert archived_frontend_keys(store / "img.mar") == []
+    state = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert "_fc.weight" in state
+
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 0 and "up to date" in out
+    write_catalogue(tmp_path, img=with_changes(version="2.0"))
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 0 and "built" in out
+
+
+@pytest.mark.parametrize(
+    "broken, words",
+    [
+        (with_changes(colour="blue"), "unknown key 'colour'"),
+        (with_changes(weights={"path": "no/such/weights.pt"}), "file not found"),
+        (with_changes(handler="handlers/not_a_module.py"), "does not import"),
+        (with_changes(settings={"batchSize": 8}), "'batchSize' does not belong"),
+        (with_changes(settings={"runtime": {"precison": "bf16"}}), "unknown key 'precison'"),
+        (with_changes(weights={**IMAGE["weights"], "key_prefix": "net."}), "do not fit the architecture"),
+    ],
+)
+def test_broken_entry_named_and_others_still_built(tmp_path, capsys, broken, words):
+    store = tmp_path / "store"
+    catalogue = write_catalogue(tmp_path, good=IMAGE, bad=broken)
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 1
+    assert "FAILED bad" in out and words in out, out
+    assert (store / "good.mar").is_file() and not (store / "bad.mar").exists()
+
+
+def test_failed_rebuild_keeps_previous_archive(tmp_path, capsys):
+    store = tmp_path / "store"
+    catalogue = write_catalogue(tmp_path, img=IMAGE)
+    assert run_build(catalogue, store, capsys)[0] == 0
+    before = (store / "img.mar").read_bytes()
+    write_catalogue(tmp_path, img=with_changes(weights={**IMAGE["weights"], "key_prefix": "x."}))
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 1 and (store / "img.mar").read_bytes() == before
+    assert not [p for p in store.iterdir() if p.name.startswith("build-")], "stage folder left behind"
+
+
+def test_unknown_model_name_is_refused(tmp_path, capsys):
+    code, out = run_build(write_catalogue(tmp_path, img=IMAGE), tmp_path / "s", capsys, "--model", "nope")
+    assert code == 1 and "no model 'nope'" in out
+
+
+def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
+    from handlers.image_classifier import ImageClassifier
+
+    from .conftest import make_handler
+    from .fake_context import extract
+
+    entry = with_changes(serialisation="torchscript", settings={**IMAGE["settings"], "runtime": {"precision": "fp32"}})
+    store = tmp_path / "store"
+    assert run_build(write_catalogue(tmp_path, ts=entry), store, capsys)[0] == 0
+    model_dir = extract(store / "ts.mar", tmp_path / "ts")
+    handler, context = make_handler(ImageClassifier, model_dir, "ts")
+    assert handler.settings.runtime.graph == "torchscript"
+    cat, coffee = handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context)
+    assert max(coffee, key=coffee.get) == "espresso"
+    assert max(cat, key=cat.get) in {"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"}

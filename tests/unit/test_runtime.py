@@ -1,0 +1,42 @@
+import pytest
+import torch
+
+from handlers import runtime
+from handlers.errors import ConfigError
+from handlers.settings import RuntimeSettings
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("threads, workers, cores, expected", [(None, 1, 2, 2), (None, 2, 2, 1), (None, 3, 2, 1),
+                                                                (None, 2, 16, 8), (3, 2, 2, 3)])
+def test_thread_budget_never_oversubscribes_by_default(threads, workers, cores, expected):
+    assert runtime.thread_budget(RuntimeSettings(threads=threads), workers, cores) == expected
+
+
+def test_usable_cores_within_affinity():
+    import os
+
+    assert 1 <= runtime.usable_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_sibling_count_outside_torchserve_is_one():
+    assert runtime.sibling_worker_count() == 1
+
+
+def test_precision_resolution_cpu(caplog):
+    cpu = torch.device("cpu")
+    assert runtime.resolve_precision("fp32", cpu) is None
+    expected_bf16 = torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
+    assert runtime.resolve_precision("bf16", cpu) is expected_bf16
+    if not torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        assert runtime.resolve_precision("fp16", cpu) is None
+        assert "falling back to fp32" in caplog.text
+    with pytest.raises(ConfigError):
+        runtime.resolve_precision("fp8", cpu)
+
+
+def test_warm_up_runs_every_batch_size():
+    seen = []
+    runtime.warm_up(seen.append, 4)
+    assert seen == [1, 2, 3, 4]
