@@ -54,6 +54,7 @@ class ModelHandler:
         self.settings: Optional[HandlerSettings] = None
         self.model = None
         self.profiler = None
+        self.decode_pool = None
 
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize(self, context) -> None:
@@ -75,6 +76,7 @@ class ModelHandler:
             None if rt.graph == "torchscript" else runtime.resolve_precision(rt.precision, self.device)
         )
         self.setup(model_dir)
+        self.decode_pool = runtime.decode_pool(rt.preprocess_threads or self.threads)
         self.model = self.load_model(model_dir)
         if rt.warmup:
             runtime.warm_up(lambda size: self.infer(self.example_batch(size)), self.max_batch_size)
@@ -91,7 +93,7 @@ class ModelHandler:
         rt = self.settings.runtime
         weights = model_dir / self.settings.weights
         if rt.graph == "torchscript":
-            return runtime.load_torchscript(str(weights), self.device)
+            return runtime.load_torchscript(str(weights), self.device, rt.optimize_for_inference)
         model = self.build_model(self.settings.family, model_dir)
         model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
         model = runtime.prepare_eager(model, self.device, rt.channels_last)
@@ -110,15 +112,12 @@ class ModelHandler:
 
         started = clock.start()
         with region(self.profiler, "preprocess"):
-            for idx, request in enumerate(data):
-                try:
-                    items.append(self.decode(request_body(request), _content_type(context, idx)))
+            for idx, outcome in enumerate(self.decode_all(data, context)):
+                if isinstance(outcome, HandlerError):
+                    results[idx] = self.reject(context, idx, outcome)
+                else:
+                    items.append(outcome)
                     accepted.append(idx)
-                except HandlerError as err:
-                    results[idx] = self.reject(context, idx, err)
-                except Exception:  # an input no check foresaw: fail this request only, keep the batch
-                    log.exception("unexpected error decoding request %d", idx)
-                    results[idx] = self.reject(context, idx, BadInput("the request could not be read"))
             inputs = self.collate(items) if items else None
         clock.stop("preprocess", started)
 
@@ -137,6 +136,23 @@ class ModelHandler:
         if self.profiler is not None:
             self.profiler.step()
         return results
+
+    def decode_all(self, data: List[Any], context) -> List[Any]:
+        """Each request decoded on its own: its item, or the HandlerError that rejects it alone."""
+
+        def decode_one(idx: int):
+            try:
+                return self.decode(request_body(data[idx]), _content_type(context, idx))
+            except HandlerError as err:
+                return err
+            except Exception:  # an input no check foresaw: fail this request only, keep the batch
+                log.exception("unexpected error decoding request %d", idx)
+                return BadInput("the request could not be read")
+
+        if self.decode_pool is None or len(data) == 1:
+            return [decode_one(idx) for idx in range(len(data))]
+        # Image decoding and resizing release the GIL: a batch decodes on several cores at once.
+        return list(self.decode_pool.map(decode_one, range(len(data))))
 
     def infer(self, inputs):
         with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):

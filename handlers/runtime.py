@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 import psutil
@@ -112,10 +113,11 @@ def prepare_eager(model: torch.nn.Module, device: torch.device, channels_last: b
     return model
 
 
-def load_torchscript(path: str, device: torch.device) -> torch.jit.ScriptModule:
-    """Load an archive's TorchScript (traced and frozen at build time) and optimise it for this host."""
+def load_torchscript(path: str, device: torch.device, optimize: bool) -> torch.jit.ScriptModule:
+    """Load an archive's TorchScript (traced and frozen at build time); optionally specialise it
+    for this host (optimize_for_inference: conv/bn folding, oneDNN layouts)."""
     module = torch.jit.load(path, map_location=device).eval()
-    return torch.jit.optimize_for_inference(module)
+    return torch.jit.optimize_for_inference(module) if optimize else module
 
 
 def compile_model(model: torch.nn.Module, mode: str) -> Callable:
@@ -128,6 +130,11 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type != "cuda":
         return batch
     return batch.pin_memory().to(device, non_blocking=True)
+
+
+def decode_pool(threads: int) -> Optional[ThreadPoolExecutor]:
+    """Threads for per-request decoding; None (decode inline) when only one is wanted."""
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="decode") if threads > 1 else None
 
 
 def warm_up(forward: Callable[[int], object], max_batch_size: int) -> None:

@@ -66,6 +66,8 @@ class RuntimeSettings:
     precision: Precision = "fp32"
     graph: Graph = "eager"
     compile_mode: str = "default"
+    optimize_for_inference: bool = False  # torchscript only; measured slower for bf16 on this CPU
+    preprocess_threads: Optional[int] = 1  # decode a batch's requests in parallel; None: = threads
     channels_last: bool = False
     warmup: bool = True
     cudnn_benchmark: bool = True
@@ -74,6 +76,8 @@ class RuntimeSettings:
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"runtime.threads: must be >= 1 or null for auto, got {self.threads}")
+        if self.preprocess_threads is not None and self.preprocess_threads < 1:
+            raise ConfigError(f"runtime.preprocess_threads: must be >= 1 or null, got {self.preprocess_threads}")
         if self.interop_threads < 1:
             raise ConfigError(f"runtime.interop_threads: must be >= 1, got {self.interop_threads}")
 

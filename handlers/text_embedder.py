@@ -92,7 +92,9 @@ class TextEmbedder(ModelHandler):
         return [{"embedding": row} for row in outputs.float().cpu().tolist()]
 
     def example_batch(self, batch_size: int):
-        return self.collate(["A warm-up sentence for the text embedder."] * batch_size)
+        # Mixed lengths: padding inside the batch, so a traced graph keeps the attention-mask path.
+        texts = ["A short one.", "A longer warm-up sentence, so that this batch holds padded positions."]
+        return self.collate([texts[i % 2] for i in range(batch_size)])
 
 
 def reference_embeddings(texts: List[str]) -> np.ndarray:

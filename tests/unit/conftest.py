@@ -12,7 +12,7 @@ from PIL import Image
 from build.archive import build_entry
 from build.catalogue import Catalogue
 
-from .fake_context import FakeContext, extract
+from benchmarks.bare_context import FakeContext, extract
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,9 @@ from build.archive import archived_frontend_keys
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = yaml.safe_load((ROOT / "catalogue.yaml").read_text())["models"]["efficientnet_lite0"]
+# State-dict export: quick to build, and its weights file can be checked with torch.load.
+IMAGE = {**yaml.safe_load((ROOT / "catalogue.yaml").read_text())["models"]["efficientnet_lite0"],
+         "serialisation": "state_dict"}
 
 
 def write_catalogue(tmp_path: Path, **entries) -> Path:
@@ -96,7 +98,7 @@ def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
     from handlers.image_classifier import ImageClassifier
 
     from .conftest import make_handler
-    from .fake_context import extract
+    from benchmarks.bare_context import extract
 
     entry = with_changes(serialisation="torchscript", settings={**IMAGE["settings"], "runtime": {"precision": "fp32"}})
     store = tmp_path / "store"

@@ -50,6 +50,14 @@ def test_matches_reference(request, fixture, min_cosine, reference):
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.3
 
 
+def test_single_requests_match_batched(served, reference):
+    """One request alone (no padding inside the batch) takes the same traced graph correctly."""
+    handler, context = served
+    for i, text in enumerate(SENTENCES):
+        (vector,) = embed(handler, context, [text])
+        assert vector @ reference[i] >= 0.99
+
+
 def test_dynamic_padding_to_bucket(served):
     handler, _ = served
     ids, mask = handler.collate(["short", "a somewhat longer sentence with a few more words in it"])

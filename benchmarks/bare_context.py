@@ -1,4 +1,7 @@
-"""A stand-in for TorchServe's Context: enough for handlers to run in-process (unit tests only)."""
+"""A stand-in for TorchServe's Context: enough to run a handler in-process, with no server.
+
+Used by the unit tests and by the in-process benchmark (the serving limit); never by e2e tests.
+"""
 
 from __future__ import annotations
 
