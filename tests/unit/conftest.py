@@ -28,6 +28,16 @@ def archive_dirs(tmp_path_factory):
     return dirs
 
 
+@pytest.fixture(scope="session")
+def eager_archive_dirs(tmp_path_factory):
+    """model name -> extracted archive of the same entry exported as an eager state dict
+    (the fp32 reference runs from these: a TorchScript archive has its precision baked in)."""
+    from benchmarks.inprocess import extracted_archive
+
+    into = tmp_path_factory.mktemp("eager")
+    return {name: extracted_archive(name, "state_dict", into) for name in ("efficientnet_lite0", "minilm")}
+
+
 def make_handler(handler_cls, model_dir: Path, name: str, batch_size: int = 4, **overrides):
     context = FakeContext(model_dir, name, batch_size=batch_size, handler_overrides=overrides)
     handler = handler_cls()

@@ -28,8 +28,8 @@ def served(archive_dirs):
 
 
 @pytest.fixture(scope="module")
-def fp32(archive_dirs):
-    return make_handler(TextEmbedder, archive_dirs["minilm"], "minilm", runtime={"precision": "fp32"})
+def fp32(eager_archive_dirs):
+    return make_handler(TextEmbedder, eager_archive_dirs["minilm"], "minilm", runtime={"precision": "fp32"})
 
 
 def embed(handler, context, texts):
