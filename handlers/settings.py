@@ -71,7 +71,6 @@ class RuntimeSettings:
     channels_last: bool = False
     warmup: bool = True
     cudnn_benchmark: bool = True
-    cuda_graphs: bool = False
 
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:

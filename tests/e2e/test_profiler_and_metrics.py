@@ -1,0 +1,60 @@
+"""ENABLE_TORCH_PROFILER=true through a real TorchServe: Chrome traces with our stage regions;
+stage timings and formed batch sizes on the Prometheus endpoint."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.inputs import photo_jpegs
+from benchmarks.launcher import TorchServe
+from build.archive import build_entry
+from build.catalogue import Catalogue
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "efficientnet_lite0"
+
+
+@pytest.fixture(scope="module")
+def profiled_server():
+    build_entry(Catalogue.load(ROOT / "catalogue.yaml"), MODEL, ROOT, ROOT / "model_store", progress=print)
+    with TorchServe(ROOT / "model_store", load=(MODEL,), env={"ENABLE_TORCH_PROFILER": "true"}) as server:
+        yield server
+
+
+def test_trace_has_stage_regions(profiled_server):
+    photos = list(photo_jpegs().values())
+    # Schedule wait 1 + warm-up 1 + active 3: the trace is written after the fifth batch.
+    for i in range(8):
+        response = profiled_server.predict(MODEL, photos[i % len(photos)], "image/jpeg")
+        assert response.status_code == 200, response.text
+    trace_dir = profiled_server.workdir / "logs" / "torch_profiler" / MODEL
+    traces = sorted(trace_dir.glob("trace-*.json"))
+    assert traces, f"no trace in {trace_dir}"
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    names = {event.get("name") for event in events}
+    assert {"preprocess", "inference", "postprocess"} <= names
+    assert "top operators" in profiled_server.log_text("model_log.log")
+
+
+def counter(text: str, name: str, **labels) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_stage_metrics_on_prometheus(profiled_server):
+    before = profiled_server.metrics_text()
+    for body in list(photo_jpegs().values())[:3]:
+        assert profiled_server.predict(MODEL, body, "image/jpeg").status_code == 200
+    after = profiled_server.metrics_text()
+    for stage in ("HandlerPreprocessMs", "HandlerInferenceMs", "HandlerPostprocessMs"):
+        assert counter(after, stage, ModelName=MODEL) > counter(before, stage, ModelName=MODEL), stage
+    assert counter(after, "HandlerItems", ModelName=MODEL) - counter(before, "HandlerItems", ModelName=MODEL) == 3
+    sizes = re.findall(r'HandlerBatches\{[^}]*BatchSize="(\d+)"', after)
+    assert sizes and all(1 <= int(size) <= 8 for size in sizes)
