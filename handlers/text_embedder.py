@@ -7,6 +7,7 @@ Batches are padded to their longest sequence rounded up to a bucket, not to max_
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, List, Sequence, Tuple
 
@@ -22,6 +23,8 @@ from handlers.settings import TextSettings
 # WordPiece maps a word longer than 100 characters to [UNK], so one token never spans more:
 # cutting the text here can't change the first max_length tokens, and bounds tokenizer time.
 _MAX_CHARS_PER_TOKEN = 100
+# A character the tokenizer keeps: not whitespace, not a C0/C1 control character.
+_VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")
 
 
 def text_from_body(body: Any, content_type: str, settings: TextSettings) -> str:
@@ -38,7 +41,7 @@ def text_from_body(body: Any, content_type: str, settings: TextSettings) -> str:
         if content_type == "application/json":
             try:
                 body = json.loads(decoded)
-            except (json.JSONDecodeError, RecursionError) as err:
+            except (ValueError, RecursionError) as err:  # JSONDecodeError, or an int over 4300 digits
                 raise BadInput(f"malformed JSON: {err}"[:300]) from None
         elif content_type in ("", "text/plain", "application/octet-stream") or content_type.startswith("text/"):
             body = decoded
@@ -54,7 +57,18 @@ def text_from_body(body: Any, content_type: str, settings: TextSettings) -> str:
         raise BadInput(f'expected JSON {{"text": "..."}} or text/plain, got JSON {type(body).__name__}')
     if not body.strip():
         raise BadInput("text is empty")
-    return body[: settings.max_length * _MAX_CHARS_PER_TOKEN]
+    # TorchServe hands text/* and JSON bodies over already decoded: the size limit applies here too.
+    size = len(body.encode("utf-8", "surrogatepass"))
+    if size > settings.max_body_bytes:
+        raise PayloadTooLarge(f"text is {size} bytes, over the limit of {settings.max_body_bytes}")
+    text = body[: settings.max_length * _MAX_CHARS_PER_TOKEN]
+    if not _VISIBLE.search(text):
+        raise BadInput("text has no visible characters (only whitespace and control characters)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a JSON escape such as "\\ud800": the tokenizer would fail the batch
+        raise BadInput(f"text holds an unpaired surrogate at character {err.start}: not valid Unicode") from None
+    return text
 
 
 class TextEmbedder(ModelHandler):
