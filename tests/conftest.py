@@ -1,0 +1,56 @@
+"""Fixtures shared by tests/unit and tests/e2e: the repo, the real photos, the built archives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+def _skimage_photo(name: str) -> Path:
+    import skimage
+
+    path = Path(skimage.__file__).resolve().parent / "data" / name
+    if not path.is_file():
+        pytest.fail(f"{path} missing: scikit-image's wheel ships it; reinstall scikit-image")
+    return path
+
+
+@pytest.fixture(scope="session")
+def cat_png() -> Path:
+    """skimage's chelsea.png: a tabby cat (ImageNet 281-285)."""
+    return _skimage_photo("chelsea.png")
+
+
+@pytest.fixture(scope="session")
+def coffee_png() -> Path:
+    """skimage's coffee.png: a cup of espresso (ImageNet 967)."""
+    return _skimage_photo("coffee.png")
+
+
+@pytest.fixture(scope="session")
+def model_store() -> Path:
+    """model_store/ with every catalogue archive built (`python -m build`, incremental), once."""
+    began = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "build"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"python -m build exited {proc.returncode}:\n{proc.stdout[-4000:]}", pytrace=False)
+    print(f"\n[build] archives ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
+    return ROOT / "model_store"

@@ -1,0 +1,27 @@
+"""The e2e server: one real TorchServe from the repo's config.properties for the whole session.
+
+Started through benchmarks.launcher (the same launcher the benchmarks and the tuner use): temp
+working directory, free loopback ports, token auth on, always stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.launcher import TorchServe
+from benchmarks.ts_config import ServerConfig
+
+MODELS = ("efficientnet_lite0", "minilm")
+
+
+@pytest.fixture(scope="session")
+def root_config(repo_root: Path) -> ServerConfig:
+    return ServerConfig.load(repo_root / "config.properties")
+
+
+@pytest.fixture(scope="session")
+def server(model_store: Path, root_config: ServerConfig):
+    with TorchServe(model_store, base_config=root_config.path, wait_for=MODELS) as ts:
+        yield ts

@@ -1,0 +1,95 @@
+"""The server itself: health, the models and their config.properties values, scaling, auth."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from tests.e2e.conftest import MODELS
+
+pytestmark = pytest.mark.e2e
+
+
+def test_ping(server):
+    resp = server.client.ping()
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"status": "Healthy"}
+
+
+def test_models_listed(server):
+    assert sorted(server.list_models()) == sorted(MODELS)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_describe_matches_config_properties(server, root_config, model):
+    """The models= values of the repo's config.properties took effect (nothing in the .mar
+    overrides them)."""
+    expected = root_config.model(model)
+    desc = server.describe(model)
+    assert desc["modelVersion"] == expected.version
+    assert desc["batchSize"] == expected.settings.batch_size
+    assert desc["maxBatchDelay"] == expected.settings.max_batch_delay_ms
+    assert desc["minWorkers"] == expected.settings.min_workers
+    assert desc["maxWorkers"] == expected.settings.max_workers
+    assert desc["responseTimeout"] == expected.settings.response_timeout_s
+    ready = [w for w in desc["workers"] if w["status"] == "READY"]
+    assert len(ready) == expected.settings.min_workers, desc["workers"]
+
+
+def test_scale_workers_up_and_back(server, root_config):
+    model = "minilm"
+    settings = root_config.model(model).settings
+    server.scale_workers(model, settings.min_workers + 1, settings.max_workers + 1)
+    try:
+        desc = server.describe(model)
+        assert desc["minWorkers"] == settings.min_workers + 1
+        pids = server.worker_pids(model)
+        assert len(set(pids)) == settings.min_workers + 1, desc["workers"]
+        assert all(w["status"] == "READY" for w in desc["workers"]), desc["workers"]
+        resp = server.predict(model, {"text": "still answering with two workers"})
+        assert resp.status_code == 200, resp.text
+    finally:
+        server.scale_workers(model, settings.min_workers, settings.max_workers)
+    desc = server.describe(model)
+    assert (desc["minWorkers"], desc["maxWorkers"]) == (settings.min_workers, settings.max_workers)
+    assert len(server.worker_pids(model)) == settings.min_workers
+
+
+# TorchServe 0.12 refuses a missing or wrong key with HTTP 400 and type InvalidKeyException
+# (not 401/403); the inference and management keys are not interchangeable.
+def _refused(resp: requests.Response) -> None:
+    assert resp.status_code == 400, (resp.status_code, resp.text)
+    assert resp.json()["type"] == "InvalidKeyException", resp.text
+
+
+@pytest.mark.parametrize("token", ["", "wrong-token", "management"], ids=["none", "wrong", "management-key"])
+def test_inference_refused_without_its_token(server, token):
+    if token == "management":
+        token = server.tokens.management
+    _refused(server.predict("minilm", {"text": "hello"}, token=token))
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    _refused(requests.get(f"{server.inference_url}/ping", headers=headers, timeout=10))
+
+
+@pytest.mark.parametrize("token", ["", "wrong-token", "inference"], ids=["none", "wrong", "inference-key"])
+def test_management_refused_without_its_token(server, root_config, token):
+    if token == "inference":
+        token = server.tokens.inference
+    _refused(server.client.management("GET", "/models", token=token))
+    _refused(server.client.management("PUT", "/models/minilm", token=token, params={"min_worker": 3}))
+    assert len(server.worker_pids("minilm")) == root_config.model("minilm").settings.min_workers
+
+
+def test_model_api_is_off(server):
+    """Registering/unregistering needs --enable-model-api; without it the call is refused."""
+    resp = server.client.management("POST", "/models", params={"url": "minilm.mar"})
+    assert resp.status_code == 405, resp.text
+    resp = server.client.management("DELETE", "/models/minilm")
+    assert resp.status_code == 405, resp.text
+    assert "minilm" in server.list_models()
+
+
+def test_prometheus_metrics(server):
+    assert server.predict("minilm", {"text": "count me"}).status_code == 200
+    text = server.metrics_text()
+    assert 'ts_inference_requests_total{model_name="minilm"' in text
