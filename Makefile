@@ -1,0 +1,73 @@
+# make serve | make stop | make test | make test-unit | make test-e2e | make build | make venv | make clean
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+TS     := $(VENV)/bin/torchserve
+STAMP  := $(VENV)/.requirements.stamp
+JAVA_HINT := sudo apt-get install -y openjdk-17-jre-headless
+
+.PHONY: help venv java-check build serve stop test test-unit test-e2e clean
+
+help:
+	@echo "make serve      build the archives, start TorchServe on 127.0.0.1:8080-8082, print curl lines"
+	@echo "make stop       stop it"
+	@echo "make test       unit + e2e tests (fails if any fails or none ran)"
+	@echo "make test-unit  tests/unit only;  make test-e2e  tests/e2e only"
+	@echo "make build      model_store/*.mar from catalogue.yaml (incremental)"
+	@echo "make venv       (re)install .venv when requirements*.txt change;  make clean"
+
+# The stamp is newer than both requirement files once they are installed; pip's wheel sources come
+# from pip.conf (local torch CPU wheel folder): no index URLs here.
+$(STAMP): requirements.txt requirements-nodeps.txt
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or make PYTHON=/path/to/python3.11)" >&2; exit 1; }
+	@test -x $(PY) || { echo "+ $(PYTHON) -m venv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
+	@touch $@
+
+venv: $(STAMP)
+
+# TorchServe 0.12's frontend needs Java 17+.
+java-check:
+	@command -v java >/dev/null || { echo "java not found; TorchServe needs Java 17+: $(JAVA_HINT)" >&2; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1); \
+	 if [ "$${v:-0}" -lt 17 ]; then echo "java $${v:-?} found; TorchServe needs Java 17+: $(JAVA_HINT)" >&2; exit 1; fi
+
+build: $(STAMP)
+	$(PY) -m build
+
+# --ts-config + --ncs: this file is what runs (no logs/config snapshot replaces it on restart).
+# The JVM's console output goes to logs/console.log; the real logs are logs/ts_log.log, model_log.log.
+serve: build java-check
+	@mkdir -p logs
+	$(TS) --start --model-store model_store --ts-config config.properties --ncs > logs/console.log 2>&1 \
+	  || { tail -n 20 logs/console.log >&2; exit 1; }
+	@$(PY) -m benchmarks.serve_wait || { $(TS) --stop; exit 1; }
+
+# --foreground makes --stop wait (up to 60 s) until the server has exited.
+stop: $(STAMP)
+	$(TS) --stop --foreground
+
+# pytest exits 5 when it collected no tests: that is a failure too (make fails on any non-zero).
+define pytest
+	@echo "+ $(PY) -m pytest $(1)"; \
+	 $(PY) -m pytest $(1); rc=$$?; \
+	 if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5): failing" >&2; fi; \
+	 exit $$rc
+endef
+
+test: build java-check
+	$(call pytest,)
+
+test-unit: build
+	$(call pytest,tests/unit)
+
+test-e2e: build java-check
+	$(call pytest,tests/e2e)
+
+clean:
+	rm -rf logs key_file.json .pytest_cache model_store/*.mar model_store/.build-state.json
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
