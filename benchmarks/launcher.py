@@ -53,6 +53,9 @@ MARKER_ENV = "TS_LAUNCHER_RUN"
 LOG_FILES = ("ts_log.log", "model_log.log")
 # Fail fast instead of waiting out the timeout when a model keeps failing to load.
 MAX_LOAD_FAILURES = 3
+# Set only when the base config leaves them out. Keys expire after 60 min by default in 0.12: a
+# long benchmark or tuning run on one server would start failing with InvalidKeyException.
+LAUNCHER_DEFAULTS = MappingProxyType({"token_expiration_min": "1440"})
 _NOISE = re.compile(r"ACCESS_LOG|TS_METRICS|MetricCollector")
 
 __all__ = ["TorchServe", "LaunchSpec", "ModelSettings", "LauncherError", "StartupError", "log"]
@@ -228,6 +231,8 @@ class TorchServe:
             grpc_management_port=str(ports[4]),
             model_store=str(self.spec.model_store),
         )
+        for key, value in LAUNCHER_DEFAULTS.items():
+            props.setdefault(key, value)
         if entries:
             props["models"] = format_models(entries)
         if self.spec.load:
