@@ -85,9 +85,16 @@ class ModelHandler:
         log.info(
             "%s ready in %.1fs: device=%s threads=%d (workers=%d) precision=%s graph=%s max_batch=%d",
             self.model_name, time.perf_counter() - started, self.device, self.threads, workers,
-            rt.precision if self.autocast_dtype is not None or rt.precision == "fp32" else "fp32 (fallback)",
-            rt.graph, self.max_batch_size,
+            self._precision_label(), rt.graph, self.max_batch_size,
         )
+
+    def _precision_label(self) -> str:
+        rt = self.settings.runtime
+        if rt.graph == "torchscript":
+            return f"{rt.precision} (traced into the TorchScript graph)"
+        if rt.precision != "fp32" and self.autocast_dtype is None:
+            return f"fp32 ({rt.precision} unsupported here)"
+        return rt.precision
 
     def load_model(self, model_dir: Path):
         rt = self.settings.runtime
