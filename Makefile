@@ -7,6 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 TS     := $(VENV)/bin/torchserve
 STAMP  := $(VENV)/.requirements.stamp
+ARGS   ?=
 JAVA_HINT := sudo apt-get install -y openjdk-17-jre-headless
 
 .PHONY: help venv java-check build serve stop test test-unit test-e2e clean
@@ -14,7 +15,7 @@ JAVA_HINT := sudo apt-get install -y openjdk-17-jre-headless
 help:
 	@echo "make serve      build the archives, start TorchServe on 127.0.0.1:8080-8082, print curl lines"
 	@echo "make stop       stop it"
-	@echo "make test       unit + e2e tests (fails if any fails or none ran)"
+	@echo "make test       unit + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
 	@echo "make test-unit  tests/unit only;  make test-e2e  tests/e2e only"
 	@echo "make build      model_store/*.mar from catalogue.yaml (incremental)"
 	@echo "make venv       (re)install .venv when requirements*.txt change;  make clean"
@@ -53,8 +54,8 @@ stop: $(STAMP)
 
 # pytest exits 5 when it collected no tests: that is a failure too (make fails on any non-zero).
 define pytest
-	@echo "+ $(PY) -m pytest $(1)"; \
-	 $(PY) -m pytest $(1); rc=$$?; \
+	@echo "+ $(PY) -m pytest $(1) $(ARGS)"; \
+	 $(PY) -m pytest $(1) $(ARGS); rc=$$?; \
 	 if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5): failing" >&2; fi; \
 	 exit $$rc
 endef

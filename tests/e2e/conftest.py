@@ -1,4 +1,6 @@
-"""The e2e server: one real TorchServe from the repo's config.properties for the whole session.
+"""The e2e server: one real TorchServe from the repo's config.properties for all of tests/e2e.
+
+Package scope: the one server lives while tests/e2e runs and is stopped before tests/unit starts.
 
 Started through benchmarks.launcher (the same launcher the benchmarks and the tuner use): temp
 working directory, free loopback ports, token auth on, always stopped.
@@ -21,7 +23,7 @@ def root_config(repo_root: Path) -> ServerConfig:
     return ServerConfig.load(repo_root / "config.properties")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server(model_store: Path, root_config: ServerConfig):
     with TorchServe(model_store, base_config=root_config.path, wait_for=MODELS) as ts:
         yield ts
