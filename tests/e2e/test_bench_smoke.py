@@ -1,0 +1,99 @@
+"""A short benchmark run (1 s windows, a few points) through the CLI, against real TorchServes:
+the report files exist, the fields are present and the numbers are consistent."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "efficientnet_lite0"
+BATCH = 4
+# The in-process limit runs for 2 s on a machine shared with the servers and other jobs: the served
+# rate may exceed it by noise, never by a factor.
+NOISE = 1.5
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reports")
+    command = [sys.executable, "-m", "benchmarks.bench", "--model", MODEL, "--smoke", "--batch-size", str(BATCH),
+               "--max-batch-delay", "10", "--workers", "1", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=420, check=False)
+    assert done.returncode == 0, f"bench exited {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"
+    assert "report:" in done.stdout and "At peak ours serves" in done.stdout
+    folders = list(out.iterdir())
+    assert len(folders) == 1 and folders[0].name.startswith(f"{MODEL}-smoke-")
+    return folders[0]
+
+
+@pytest.fixture(scope="module")
+def report(report_dir):
+    return json.loads((report_dir / "report.json").read_text())
+
+
+def test_files_exist(report_dir):
+    for name in ("report.json", "results.csv", "report.md", "throughput_vs_p99.png", "latency_cdf.png",
+                 "batch_sizes.png"):
+        path = report_dir / name
+        assert path.is_file() and path.stat().st_size > 0, name
+    assert (report_dir / "throughput_vs_p99.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fields_present(report):
+    for key in ("model", "command", "configuration", "load", "summary", "results", "reference", "environment",
+                "conditions", "warnings"):
+        assert key in report, key
+    assert report["model"] == MODEL and "--smoke" in report["command"]
+    for key in ("cpu", "physical_cores", "torch", "torchserve", "git_commit"):
+        assert report["environment"][key], key
+    assert set(report["results"]) == {"ours", "stock"}
+    assert report["reference"]["inprocess"]["items_per_s"] > 0
+    assert report["reference"]["inprocess"]["batch_size"] == BATCH
+    assert report["configuration"]["ours"]["batch_size"] == BATCH
+    summary = report["summary"]
+    assert summary["slo_ms"] == 100 and summary["verdict"].startswith(("At p99 <= 100 ms", "Ours meets"))
+    for point in report["results"]["ours"]["points"] + report["results"]["stock"]["points"]:
+        for key in ("mode", "level", "throughput_rps", "offered_rps", "latency_ms", "errors", "server", "resources",
+                    "stable", "windows"):
+            assert key in point, key
+        assert set(point["resources"]) == {"frontend", "workers", "generator"}
+
+
+def test_numbers_consistent(report):
+    ours, stock = report["results"]["ours"]["points"], report["results"]["stock"]["points"]
+    assert {p["mode"] for p in ours} == {"closed", "open"} and {p["mode"] for p in stock} == {"closed", "open"}
+    for point in ours + stock:
+        lat = point["latency_ms"]
+        assert lat is not None, point
+        assert lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"] <= lat["p999_ms"] <= lat["max_ms"]
+        assert point["ok"] + sum(point["errors"].values()) == point["requests"]
+        if point["mode"] == "open":
+            assert point["throughput_rps"] <= point["offered_rps"] + 1e-9
+        else:
+            assert point["offered_rps"] is None
+        assert point["resources"]["workers"]["cpu_pct"] > 0
+    # Our batches never exceed the batch size; the stock baseline runs at batch size 1.
+    for point in ours:
+        assert all(1 <= int(size) <= BATCH for size in point["server"]["batch_sizes"])
+        assert point["server"]["stage_ms_per_batch"]["inference"] > 0
+    assert report["results"]["stock"]["frontend"]["batchSize"] == 1
+    assert report["results"]["stock"]["frontend"]["workers"] == os.cpu_count()  # TorchServe's default
+    summary = report["summary"]
+    assert summary["ours"]["peak_rps"] <= NOISE * summary["inprocess_items_per_s"]
+    assert summary["ours"]["slo_rps"] <= summary["ours"]["peak_rps"]
+
+
+def test_csv_and_markdown(report_dir, report):
+    rows = list(csv.DictReader((report_dir / "results.csv").open()))
+    points = report["results"]["ours"]["points"] + report["results"]["stock"]["points"]
+    assert len(rows) == len(points)
+    assert {row["server"] for row in rows} == {"ours", "stock"}
+    markdown = (report_dir / "report.md").read_text()
+    assert report["summary"]["verdict"] in markdown and report["command"] in markdown

@@ -1,0 +1,227 @@
+"""The load generator's arithmetic on synthetic timings: percentiles, windows, rates, stability;
+the Prometheus diff; and the generator itself against a tiny local HTTP server (no TorchServe)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from benchmarks import loadgen, server_metrics, stats
+from benchmarks.stats import NO_RESPONSE, Sample, StabilityRule, Window
+
+pytestmark = pytest.mark.unit
+
+
+def test_percentiles_match_numpy_linear_interpolation():
+    rng = np.random.default_rng(1)
+    values = sorted(rng.lognormal(3.0, 0.7, 1001).tolist())
+    for q in stats.PERCENTILES + (0.0, 100.0):
+        assert stats.percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_percentile_edges():
+    assert stats.percentile([5.0], 99.9) == 5.0
+    assert stats.percentile([1.0, 2.0], 50) == 1.5
+    with pytest.raises(ValueError):
+        stats.percentile([], 50)
+    with pytest.raises(ValueError):
+        stats.percentile([1.0], 101)
+
+
+def test_summary_in_milliseconds_and_ordered():
+    latencies = [i / 1000.0 for i in range(1, 1001)]  # 1..1000 ms
+    s = stats.summarize(latencies)
+    assert s.count == 1000 and s.max_ms == pytest.approx(1000.0)
+    assert s.p50_ms == pytest.approx(500.5) and s.p99_ms == pytest.approx(990.01)
+    assert s.p50_ms <= s.p90_ms <= s.p95_ms <= s.p99_ms <= s.p999_ms <= s.max_ms
+    assert s.mean_ms == pytest.approx(500.5)
+    assert stats.summarize([]) is None
+
+
+def test_latency_counts_from_the_intended_time():
+    late = Sample(intended=10.0, sent=10.3, done=10.4, status=200)
+    assert late.latency == pytest.approx(0.4) and late.send_lag == pytest.approx(0.3)
+    assert stats.late_fraction([late, Sample(1.0, 1.0, 1.1, 200)], 0.01) == 0.5
+
+
+def test_errors_by_status():
+    samples = [Sample(0, 0, 1, 200), Sample(0, 0, 1, 503), Sample(0, 0, 1, 503), Sample(0, 0, 1, NO_RESPONSE)]
+    assert stats.errors_by_status(samples) == {"0": 1, "503": 2}
+
+
+def test_window_counts_completions_inside_only():
+    samples = [Sample(t, t, t + 0.05, 200) for t in np.arange(0.0, 2.0, 0.01)]  # 100 req/s, 50 ms each
+    samples.append(Sample(0.5, 0.5, 0.6, 500))
+    w = stats.window(samples, 1.0, 2.0)
+    assert w.ok == 100 and w.completed == 100 and w.throughput_rps == pytest.approx(100.0)
+    assert w.p99_ms == pytest.approx(50.0)
+    first = stats.window(samples, 0.0, 1.0)
+    assert first.completed == first.ok + 1 and first.ok == 95
+
+
+def test_closed_loop_throughput():
+    samples = [Sample(t, t, t + 0.1, 200) for t in np.arange(0.0, 10.0, 0.02)]  # 50 req/s
+    assert stats.closed_loop_throughput(samples, 2.0, 8.0) == pytest.approx(50.0, rel=0.01)
+    samples += [Sample(3.0, 3.0, 3.5, 503)] * 10
+    assert stats.closed_loop_throughput(samples, 2.0, 8.0) == pytest.approx(50.0, rel=0.01)
+
+
+def test_open_loop_rates_achieved_never_above_offered():
+    # 20 req/s scheduled over [0, 10); the server answers each after 0.2 s, the last ones late.
+    scheduled = np.arange(0.0, 10.0, 0.05)
+    samples = [Sample(t, t, t + 0.2, 200) for t in scheduled]
+    rates = stats.open_loop_rates(samples, 0.0, 10.0)
+    assert rates.offered_rps == pytest.approx(20.0) and rates.scheduled == 200
+    assert rates.achieved_rps == pytest.approx(200 / 10.15, rel=1e-3)
+    assert rates.achieved_rps <= rates.offered_rps
+    # Overloaded: answers come at 10 req/s, the backlog drains after the interval.
+    slow = [Sample(t, t, 0.1 * (i + 1), 200) for i, t in enumerate(scheduled)]
+    rates = stats.open_loop_rates(slow, 0.0, 10.0)
+    assert rates.achieved_rps == pytest.approx(10.0) and rates.offered_rps == pytest.approx(20.0)
+    # Failures are offered but not achieved.
+    failed = [Sample(t, t, t + 0.1, 503 if i % 4 == 0 else 200) for i, t in enumerate(scheduled)]
+    rates = stats.open_loop_rates(failed, 0.0, 10.0)
+    assert rates.answered_ok == 150 and rates.achieved_rps < 0.76 * rates.offered_rps
+
+
+def _windows(pairs):
+    return [Window(i, i + 1, 1, 1, rps, p99) for i, (rps, p99) in enumerate(pairs)]
+
+
+def test_stability_rule():
+    rule = StabilityRule(tolerance_pct=10, last=3, max_windows=5, warmup=1)
+    # The wild warm-up window is ignored; three measured windows within 10%: stable.
+    assert rule.is_stable(_windows([(5, 900), (100, 50), (104, 52), (108, 54)]))
+    # Only two measured windows so far.
+    assert not rule.is_stable(_windows([(100, 50), (100, 50), (100, 50)]))
+    # Throughput spread 12%: not stable; p99 spread 20%: not stable.
+    assert not rule.is_stable(_windows([(0, 0), (100, 50), (112, 50), (105, 50)]))
+    assert not rule.is_stable(_windows([(0, 0), (100, 50), (100, 60), (100, 55)]))
+    # A window with no answers (p99 None) is never stable.
+    assert not rule.is_stable(_windows([(0, 0), (100, 50), (100, None), (100, 50)]))
+    # Only the last three count.
+    assert rule.is_stable(_windows([(0, 0), (10, 500), (100, 50), (101, 50), (99, 51)]))
+    # Bounded: finished after max_windows measured windows even if unstable.
+    unstable = _windows([(0, 0)] + [(100 * (i % 2) + 50, 50) for i in range(5)])
+    assert not rule.is_stable(unstable) and rule.finished(unstable)
+    assert not rule.finished(unstable[:-1])
+    assert [w.start for w in rule.reported(unstable)] == [3, 4, 5]
+
+
+def test_stability_rule_validation():
+    with pytest.raises(ValueError):
+        StabilityRule(last=3, max_windows=2)
+    with pytest.raises(ValueError):
+        StabilityRule(tolerance_pct=0)
+
+
+def test_sweep_levels_and_gain_rule():
+    assert loadgen.concurrency_levels(64) == (1, 2, 4, 8, 16, 32, 64)
+    assert loadgen.concurrency_levels(12) == (1, 2, 4, 8, 12)
+    assert loadgen.gained([10.0], 5)
+    assert loadgen.gained([10.0, 20.0], 5)
+    assert not loadgen.gained([10.0, 20.0, 20.9], 5)  # +4.5% over the best: stop
+    assert not loadgen.gained([10.0, 20.0, 18.0], 5)
+
+
+PROMETHEUS = """\
+# TYPE ts_queue_latency_microseconds counter
+ts_queue_latency_microseconds{model_name="m",model_version="default",hostname="vm",} 3000.0
+ts_inference_requests_total{model_name="m",model_version="default",hostname="vm",} 10.0
+ts_inference_latency_microseconds{model_name="m",model_version="default",hostname="vm",} 500000.0
+HandlerInferenceMs{ModelName="m",Level="Model",Hostname="vm",} 80.0
+HandlerPreprocessMs{ModelName="m",Level="Model",Hostname="vm",} 20.0
+HandlerBatches{ModelName="m",Level="Model",BatchSize="1",Hostname="vm",} 2.0
+HandlerBatches{ModelName="m",Level="Model",BatchSize="4",Hostname="vm",} 2.0
+HandlerItems{ModelName="m",Level="Model",Hostname="vm",} 10.0
+HandlerItems{ModelName="other",Level="Model",Hostname="vm",} 99.0
+"""
+
+
+def test_prometheus_diff():
+    before = server_metrics.Scrape.of(PROMETHEUS)
+    after_text = (PROMETHEUS.replace("3000.0", "13000.0").replace("} 10.0", "} 20.0", 1)
+                  .replace("500000.0", "1500000.0").replace("} 80.0", "} 280.0").replace("} 20.0\nHandlerBatches", "} 40.0\nHandlerBatches")
+                  .replace('BatchSize="4",Hostname="vm",} 2.0', 'BatchSize="4",Hostname="vm",} 4.0')
+                  .replace('HandlerItems{ModelName="m",Level="Model",Hostname="vm",} 10.0',
+                           'HandlerItems{ModelName="m",Level="Model",Hostname="vm",} 18.0'))
+    b = server_metrics.breakdown(before, server_metrics.Scrape.of(after_text), "m")
+    assert b.requests == 10
+    assert b.queue_ms_per_request == pytest.approx(1.0)
+    assert b.frontend_ms_per_request == pytest.approx(100.0)
+    assert dict(b.batch_sizes) == {"4": 2} and b.batches == 2 and b.items == 8
+    assert b.mean_batch_size == pytest.approx(4.0)
+    assert b.stage_ms_per_batch["inference"] == pytest.approx(100.0)
+    assert b.handler_ms_per_batch == pytest.approx(110.0)
+
+
+def test_prometheus_diff_without_our_counters():
+    """The stock baseline emits no Handler* counters: stage figures are absent, not zero."""
+    text = "\n".join(line for line in PROMETHEUS.splitlines() if not line.startswith("Handler"))
+    b = server_metrics.breakdown(server_metrics.Scrape.of(text), server_metrics.Scrape.of(text), "m")
+    assert b.requests == 0 and b.batches == 0 and b.stage_ms_per_batch == {} and b.handler_ms_per_batch is None
+
+
+# -- the generator itself, against a local HTTP server that answers in 20 ms ----------------
+class _Slow(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(3.0 if self.headers.get("Content-Type") == "application/slow" else 0.02)
+        status = b"503 Unavailable" if self.headers.get("Content-Type") == "application/fail" else b"200 OK"
+        # One write for the whole answer (no Nagle / delayed-ACK stall between headers and body).
+        self.wfile.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: 2\r\n\r\nok")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def local_target():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield loadgen.Target("127.0.0.1", server.server_address[1], "/predictions/x", token="t", timeout_s=5)
+    server.shutdown()
+    server.server_close()
+
+
+def test_closed_loop_against_a_local_server(local_target):
+    rule = StabilityRule(tolerance_pct=50, last=2, max_windows=3, warmup=1)
+    result = loadgen.closed_loop(local_target, [loadgen.Payload(b"x", "text/plain")], 2, rule, 0.5,
+                                 progress=lambda _: None)
+    f = result.figures()
+    assert 5 <= f["throughput_rps"] <= 100  # 2 clients x 1 / (20 ms + overhead)
+    # Little's law: concurrency = throughput x mean latency.
+    assert f["throughput_rps"] * f["latency_ms"]["mean_ms"] / 1000 == pytest.approx(2.0, rel=0.2)
+    assert f["latency_ms"]["p50_ms"] >= 20 and f["errors"] == {}
+    assert len(result.edges) == len(result.windows) + 1
+
+
+def test_open_loop_against_a_local_server(local_target):
+    rule = StabilityRule(tolerance_pct=200, last=2, max_windows=2, warmup=1)
+    payloads = [loadgen.Payload(b"x", "text/plain"), loadgen.Payload(b"y", "application/fail")]
+    result = loadgen.open_loop(local_target, payloads, 40.0, rule, 1.0, connections=8, progress=lambda _: None)
+    f = result.figures()
+    assert f["offered_rps"] == pytest.approx(40.0, rel=0.35)
+    assert f["throughput_rps"] <= f["offered_rps"]
+    assert f["throughput_rps"] == pytest.approx(f["offered_rps"] / 2, rel=0.35)  # every other one fails
+    assert set(f["errors"]) == {"503"}
+    assert f["latency_ms"]["p50_ms"] >= 20
+
+
+def test_open_loop_drain_is_bounded(local_target):
+    """Answers still missing when the drain time is up count as failed; the point ends on time."""
+    rule = StabilityRule(tolerance_pct=200, last=1, max_windows=1, warmup=0)
+    began = time.perf_counter()
+    result = loadgen.open_loop(local_target, [loadgen.Payload(b"x", "application/slow")], 20.0, rule, 0.5,
+                               connections=4, drain_s=0.3, progress=lambda _: None)
+    assert time.perf_counter() - began < 2.5
+    assert result.samples and all(s.status == NO_RESPONSE for s in result.samples)
+    assert result.figures()["throughput_rps"] == 0.0 and result.max_busy == 4
