@@ -1,0 +1,192 @@
+"""The tuner's search against a synthetic server (no TorchServe): it must find the known optimum,
+cheaply, and resume from its checkpoint without measuring anything twice."""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+
+import pytest
+
+from benchmarks.service_model import LinearServiceTime, ServiceModel, max_rate_within, simulate
+from benchmarks.tune_checkpoint import Checkpoint
+from benchmarks.tune_errors import CheckpointError, TuneError
+from benchmarks.tune_search import (GRID_RATES, Point, RateSettings, SearchSettings, best_of, find_max_rate, grid,
+                                    search)
+from benchmarks.tune_space import Candidate, Space, preset, torchserve_defaults
+
+pytestmark = pytest.mark.unit
+
+SLO_MS = 100.0
+# What the in-process fit believes: 2 threads make one worker much faster than 1 thread...
+FITTED = ServiceModel(MappingProxyType({1: LinearServiceTime(4.0, 9.0), 2: LinearServiceTime(4.0, 4.0)}))
+# ...while the served truth is otherwise: 2 threads next to the frontend collapse (x4), and two
+# 1-thread workers pay a little for sharing (x1.2). The optimum is therefore a 2-worker candidate
+# the first predictions do not rank first: the search has to learn it from measurements.
+TRUE_SCALE = {1: 4.0, 2: 1.2}
+SPACE = preset("reduced", cores=2)
+
+
+class SyntheticServer:
+    """Measures a candidate at a rate with the batching simulation and the true service times."""
+
+    def __init__(self, fail_after: int = -1) -> None:
+        self.calls = []
+        self.fail_after = fail_after
+
+    def __call__(self, candidate: Candidate, rate: float) -> Point:
+        if len(self.calls) == self.fail_after:
+            raise KeyboardInterrupt("simulated Ctrl-C")
+        self.calls.append((candidate.key, rate))
+        service = FITTED.service(candidate, TRUE_SCALE[candidate.workers])
+        sim = simulate(service, candidate.workers, candidate.batch_size, candidate.max_batch_delay_ms, rate, seed=7)
+        capacity = 1000.0 * candidate.workers * candidate.batch_size / service(candidate.batch_size)
+        served = rate if sim.utilisation < 0.97 else min(rate, capacity) * 0.97  # overloaded: about its capacity
+        return Point(candidate.key, rate, rate, served, sim.p99_ms / 2, sim.p99_ms, 0, seconds=10.0,
+                     overhead_s=15.0 if not self.calls or self.calls[-1][0] != candidate.key else 0.0,
+                     mean_batch=sim.mean_batch)
+
+
+def true_best_rates(space: Space) -> dict:
+    """Ground truth: every candidate's highest passing rate, found finely."""
+    server = SyntheticServer()
+    fine = RateSettings(step=1.5, resolution=1.01, max_points=60)
+    out = {}
+    for c in space.candidates():
+        found = find_max_rate(lambda r, c=c: server(c, r), 20.0, SLO_MS, fine)
+        out[c.key] = found.best.achieved_rps if found.best else 0.0
+    return out
+
+
+@pytest.fixture(scope="module")
+def truth() -> dict:
+    return true_best_rates(SPACE)
+
+
+def test_first_prediction_is_misled(truth):
+    """The scenario is a real test: the uncalibrated model prefers the wrong worker count."""
+    optimum = max(truth, key=truth.get)
+    ranked = sorted(SPACE.candidates(), key=lambda c: -FITTED.predict(c, SLO_MS).rate_rps)
+    assert ranked[0].workers == 1 and optimum.startswith("w2-")
+
+
+def test_search_finds_the_known_optimum_cheaply(truth):
+    server = SyntheticServer()
+    result = search(SPACE.candidates(), FITTED, SLO_MS, server, Checkpoint(None, {}), SearchSettings(),
+                    progress=lambda _: None)
+    optimum = max(truth.values())
+    chosen = result.chosen.candidate.key
+    assert truth[chosen] >= 0.98 * optimum, (chosen, truth[chosen], optimum)
+    assert result.chosen.throughput_rps >= 0.94 * optimum  # within the rate search's resolution
+    assert len(result.results) <= len(SPACE.candidates()) // 3
+    assert result.model.scale(1) > 2.0 and 1.0 < result.model.scale(2) < 1.5  # it learned the truth
+    # The exhaustive grid agrees and costs far more.
+    every = grid(SPACE.candidates(), SLO_MS, SyntheticServer(), Checkpoint(None, {}), progress=lambda _: None)
+    assert best_of(every).throughput_rps <= optimum * 1.01
+    assert result.seconds < 0.15 * sum(r.seconds for r in every)
+
+
+def test_defaults_as_prior_calibrate_and_can_win(truth):
+    defaults = torchserve_defaults(2)
+    server = SyntheticServer()
+    from benchmarks.tune_search import evaluate
+
+    checkpoint = Checkpoint(None, {})
+    prior = evaluate(defaults, 50.0, SLO_MS, server, checkpoint, "defaults", RateSettings())
+    result = search(SPACE.candidates(), FITTED, SLO_MS, server, checkpoint, SearchSettings(),
+                    progress=lambda _: None, prior=(prior,))
+    assert result.results[0] is prior
+    assert all(r.candidate.behaviour != prior.candidate.behaviour for r in result.results[1:])  # not twice
+    assert truth[result.chosen.candidate.key] >= 0.95 * max(truth.values())
+    # The defaults alone calibrate 2 workers; 1 worker keeps the benefit of the doubt until measured.
+    only_prior = FITTED.calibrated({2: [1.2]})
+    assert only_prior.scale(2) == 1.2 and only_prior.scale(1) == 1.0
+
+
+def test_interrupted_search_resumes_without_measuring_twice(tmp_path):
+    identity = {"model": "synthetic", "slo_ms": SLO_MS}
+    path = tmp_path / "checkpoint.json"
+    full = SyntheticServer()
+    expected = search(SPACE.candidates(), FITTED, SLO_MS, full, Checkpoint(None, identity), progress=lambda _: None)
+    total = len(full.calls)
+    assert total > 4
+
+    first = SyntheticServer(fail_after=4)
+    with pytest.raises(KeyboardInterrupt):
+        search(SPACE.candidates(), FITTED, SLO_MS, first, Checkpoint(path, identity), progress=lambda _: None)
+    saved = json.loads(path.read_text())
+    assert len(saved["points"]) == 4  # every measurement saved as soon as it was taken
+
+    second = SyntheticServer()
+    checkpoint = Checkpoint(path, identity)
+    assert checkpoint.resumed
+    resumed = search(SPACE.candidates(), FITTED, SLO_MS, second, checkpoint, progress=lambda _: None)
+    assert len(second.calls) == total - 4 and checkpoint.replayed == 4
+    assert second.calls == full.calls[4:]
+    assert resumed.chosen.candidate == expected.chosen.candidate
+    assert [r.to_json() for r in resumed.results] == [r.to_json() for r in expected.results]
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path):
+    path = tmp_path / "checkpoint.json"
+    Checkpoint(path, {"model": "a"}).put("x", 1)
+    with pytest.raises(CheckpointError, match="another tuning run"):
+        Checkpoint(path, {"model": "b"})
+    path.write_text("{not json")
+    with pytest.raises(CheckpointError, match="cannot read"):
+        Checkpoint(path, {"model": "a"})
+
+
+def point(rate: float, capacity: float, p99_at_capacity: float = 200.0) -> Point:
+    served = min(rate, capacity)
+    p99 = 20.0 + p99_at_capacity * (rate / capacity) ** 4
+    return Point("x", rate, rate, served, p99 / 2, p99, 0, seconds=1.0)
+
+
+def test_find_max_rate_brackets_to_the_resolution():
+    # p99 = 100 ms at rate = capacity * (80/200)^(1/4) ~ 0.795 capacity
+    found = find_max_rate(lambda r: point(r, 100.0), 50.0, SLO_MS, RateSettings(resolution=1.05, max_points=12))
+    assert 0.795 / 1.05 <= found.best.rate_rps / 100.0 <= 0.796
+    rates = [p.rate_rps for p in found.points]
+    assert rates[:3] == pytest.approx([50.0, 62.5, 62.5 * 1.25 ** 2])  # the step grows while passing
+
+
+def test_find_max_rate_jumps_below_an_overloaded_start():
+    found = find_max_rate(lambda r: point(r, 100.0), 1000.0, SLO_MS, RateSettings(max_points=8))
+    assert found.points[1].rate_rps == pytest.approx(95.0)  # 0.95 x what the overloaded server served
+    assert found.best is not None
+    nothing = find_max_rate(lambda r: point(r, 1.0, 1e6), 10.0, SLO_MS, GRID_RATES)
+    assert nothing.best is None
+
+
+def test_service_fit_and_batching_simulation():
+    fit = LinearServiceTime.fit([(1, 12.0), (2, 16.0), (4, 24.0), (8, 40.0)])
+    assert (fit.a_ms, fit.c_ms) == (pytest.approx(8.0), pytest.approx(4.0))
+    through_origin = LinearServiceTime.fit([(1, 9.0), (2, 21.0), (4, 41.0)])
+    assert through_origin.a_ms == 0.0 and through_origin.c_ms > 0
+    service = lambda b: 5.0 + 5.0 * b  # noqa: E731
+    # A delay only fills batches when rate x delay reaches the batch size...
+    slow = simulate(service, 1, 8, 20.0, rate_rps=50.0)  # 1 request per 20 ms: ~2 per batch
+    busy = simulate(service, 1, 8, 20.0, rate_rps=170.0)  # near capacity: the queue fills them
+    assert slow.mean_batch < 3.5 and busy.mean_batch > 6.0
+    # ...and it is waited out in full at low load.
+    assert simulate(service, 1, 8, 50.0, rate_rps=5.0).p99_ms > 50.0
+    assert simulate(service, 1, 1, 50.0, rate_rps=5.0).p99_ms < 25.0  # s(1) 10 ms, x2 when two arrive close
+    # Batch delay 0: TorchServe stops after one extra request.
+    assert simulate(service, 1, 8, 0.0, rate_rps=170.0).mean_batch <= 2.0
+    prediction = max_rate_within(service, Candidate(1, 1, 8, 2), SLO_MS)
+    assert 0 < prediction.rate_rps < prediction.capacity_rps
+
+
+def test_space_respects_the_cores():
+    space = preset("full", cores=2)
+    candidates = space.candidates()
+    assert all(c.workers * c.threads <= 2 for c in candidates)
+    assert {(c.workers, c.threads) for c in candidates} == {(1, 2), (2, 1)}
+    assert sum(1 for c in candidates if c.batch_size == 1) == 2  # batch 1: no delay to tune
+    assert len({c.behaviour for c in candidates}) == len(candidates)
+    with pytest.raises(TuneError, match="cores"):
+        Space(cores=2, workers=(3,), batch_sizes=(1,), delays_ms=(1,))
+    with pytest.raises(TuneError, match="delay 0"):
+        Space(cores=2, workers=(1,), batch_sizes=(4,), delays_ms=(0,))
+    assert torchserve_defaults(2).settings().to_json()["maxBatchDelay"] == 100
