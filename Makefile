@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 JAVA_HINT := sudo apt-get install -y openjdk-17-jre-headless
 
-.PHONY: help venv java-check build serve stop test test-unit test-e2e clean
+.PHONY: help venv java-check build serve stop test test-unit test-e2e bench clean
 
 help:
 	@echo "make serve      build the archives, start TorchServe on 127.0.0.1:8080-8082, print curl lines"
@@ -18,6 +18,7 @@ help:
 	@echo "make test       unit + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
 	@echo "make test-unit  tests/unit only;  make test-e2e  tests/e2e only"
 	@echo "make build      model_store/*.mar from catalogue.yaml (incremental)"
+	@echo "make bench MODEL=<name> [ARGS='--window-s 3 ...']  ours vs stock baseline vs in-process limit (benchmarks/reports/)"
 	@echo "make venv       (re)install .venv when requirements*.txt change;  make clean"
 
 # The stamp is newer than both requirement files once they are installed; pip's wheel sources come
@@ -68,6 +69,11 @@ test-unit: build
 
 test-e2e: build java-check
 	$(call pytest,tests/e2e)
+
+# A real benchmark: its own servers on free loopback ports; `$(PY) -m benchmarks.bench --help` lists ARGS.
+bench: build java-check
+	@test -n "$(MODEL)" || { echo "usage: make bench MODEL=<name> [ARGS='...'] (see $(PY) -m benchmarks.bench --help)" >&2; exit 1; }
+	$(PY) -m benchmarks.bench --model $(MODEL) $(ARGS)
 
 clean:
 	rm -rf logs key_file.json .pytest_cache model_store/*.mar model_store/.build-state.json

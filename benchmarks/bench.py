@@ -73,35 +73,44 @@ def _numbers(kind):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a catalogue model (catalogue.yaml)")
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="base config.properties for ours")
-    g = p.add_argument_group("our server (defaults: the config's models= entry)")
-    g.add_argument("--batch-size", type=int)
-    g.add_argument("--max-batch-delay", type=int, metavar="MS")
-    g.add_argument("--workers", type=int)
+    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                   help="base config.properties for ours (default: the repo's)")
+    g = p.add_argument_group("our server (defaults: the config's models= entry for the model)")
+    g.add_argument("--batch-size", type=int, help="TorchServe batchSize")
+    g.add_argument("--max-batch-delay", type=int, metavar="MS", help="TorchServe maxBatchDelay")
+    g.add_argument("--workers", type=int, help="minWorkers = maxWorkers")
     g.add_argument("--threads", type=int, help="intra-op threads per worker (default: the archive's setting)")
     g = p.add_argument_group("load")
-    g.add_argument("--concurrency", type=_numbers(int), help="closed-loop levels, e.g. 1,2,4 (default: sweep)")
-    g.add_argument("--max-concurrency", type=int, default=64)
-    g.add_argument("--min-gain-pct", type=float, default=5.0, help="sweep stops when throughput rises less")
-    g.add_argument("--rates", type=_numbers(float), help="open-loop rates for ours, req/s (default: fractions)")
-    g.add_argument("--rate-fractions", type=_numbers(float), default=(0.25, 0.5, 0.75, 0.9),
-                   help="open-loop rates as fractions of each server's closed-loop peak")
-    g.add_argument("--connections", type=int, default=64, help="open-loop concurrent connections at most")
-    g.add_argument("--window-s", type=float, default=5.0)
-    g.add_argument("--max-windows", type=int, default=8, help="measured windows per point at most")
-    g.add_argument("--stability-pct", type=float, default=10.0)
-    g.add_argument("--stable-windows", type=int, default=3)
-    g.add_argument("--warmup-s", type=float, default=5.0)
+    g.add_argument("--concurrency", type=_numbers(int), metavar="N,N,...",
+                   help="closed-loop levels, all run (default: sweep 1, 2, 4, ... until the gain is small)")
+    g.add_argument("--max-concurrency", type=int, default=64, help="sweep limit (default: %(default)s)")
+    g.add_argument("--min-gain-pct", type=float, default=5.0,
+                   help="the sweep stops when throughput rises by less (default: %(default)s)")
+    g.add_argument("--rates", type=_numbers(float), metavar="R,R,...",
+                   help="open-loop Poisson rates for ours, req/s (default: fractions of the peak)")
+    g.add_argument("--rate-fractions", type=_numbers(float), default=(0.25, 0.5, 0.75, 0.9), metavar="F,F,...",
+                   help="open-loop rates as fractions of each server's closed-loop peak (default: 0.25,0.5,0.75,0.9)")
+    g.add_argument("--connections", type=int, default=64,
+                   help="open loop: concurrent connections at most (default: %(default)s)")
+    g.add_argument("--window-s", type=float, default=5.0, help="measurement window (default: %(default)s)")
+    g.add_argument("--max-windows", type=int, default=8,
+                   help="measured windows per point at most (default: %(default)s)")
+    g.add_argument("--stability-pct", type=float, default=10.0,
+                   help="stable: throughput and p99 of the last windows within this %% (default: %(default)s)")
+    g.add_argument("--stable-windows", type=int, default=3, help="how many last windows (default: %(default)s)")
+    g.add_argument("--warmup-s", type=float, default=5.0,
+                   help="unmeasured load after each server starts (default: %(default)s)")
     g = p.add_argument_group("references")
     g.add_argument("--slo-ms", type=float, help="p99 target (default: the catalogue's slo_ms)")
-    g.add_argument("--inprocess-seconds", type=float, default=10.0)
+    g.add_argument("--inprocess-seconds", type=float, default=10.0,
+                   help="in-process limit measuring time (default: %(default)s)")
     g.add_argument("--no-stock", action="store_true", help="skip the stock baseline")
-    g.add_argument("--stock-workers", type=int, help="default: TorchServe's own default (one per CPU)")
-    p.add_argument("--smoke", action="store_true", help="a short run: 1 s windows, few points")
-    p.add_argument("--out", type=Path, default=REPORTS, help="reports folder")
+    g.add_argument("--stock-workers", type=int, help="stock workers (default: TorchServe's own, one per CPU)")
+    p.add_argument("--smoke", action="store_true",
+                   help="a short run for tests: 1 s windows, concurrency 1,4 (stock: 1), one open-loop rate")
+    p.add_argument("--out", type=Path, default=REPORTS, help="reports folder (default: benchmarks/reports)")
     return p
 
 
@@ -120,12 +129,18 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         max_batch_delay_ms=base.max_batch_delay_ms if args.max_batch_delay is None else args.max_batch_delay,
         min_workers=workers, max_workers=workers, response_timeout_s=base.response_timeout_s,
     )
+    for name in ("window_s", "max_windows", "stable_windows", "max_concurrency", "connections", "inprocess_seconds"):
+        if getattr(args, name) <= 0:
+            raise BenchmarkError(f"--{name.replace('_', '-')} must be > 0")
     if args.smoke:
         args.window_s, args.max_windows, args.stable_windows = 1.0, 3, 3
         args.concurrency, args.rate_fractions = args.concurrency or (1, 4), (0.5,)
         args.inprocess_seconds, args.warmup_s = min(args.inprocess_seconds, 2.0), 2.0
-    rule = StabilityRule(tolerance_pct=args.stability_pct, last=args.stable_windows,
-                         max_windows=max(args.max_windows, args.stable_windows))
+    try:
+        rule = StabilityRule(tolerance_pct=args.stability_pct, last=args.stable_windows,
+                             max_windows=max(args.max_windows, args.stable_windows))
+    except ValueError as err:
+        raise BenchmarkError(f"stability rule: {err}") from None
     from benchmarks.loadgen import concurrency_levels
 
     plan = LoadPlan(
