@@ -1,4 +1,4 @@
-# make serve | make stop | make test | make test-unit | make test-e2e | make build | make venv | make clean
+# make serve | make stop | make test | make test-unit | make test-e2e | make build | make tune | make venv | make clean
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -18,6 +18,8 @@ help:
 	@echo "make test       unit + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
 	@echo "make test-unit  tests/unit only;  make test-e2e  tests/e2e only"
 	@echo "make build      model_store/*.mar from catalogue.yaml (incremental)"
+	@echo "make tune       search batchSize/maxBatchDelay/workers per model, write config.properties, verify"
+	@echo "                [MODEL=<name>] [ARGS=\"--slo-ms 80 ...\"]  (python -m benchmarks.tune --help)"
 	@echo "make bench MODEL=<name> [ARGS='--window-s 3 ...']  ours vs stock baseline vs in-process limit (benchmarks/reports/)"
 	@echo "make venv       (re)install .venv when requirements*.txt change;  make clean"
 
@@ -74,6 +76,11 @@ test-e2e: build java-check
 bench: build java-check
 	@test -n "$(MODEL)" || { echo "usage: make bench MODEL=<name> [ARGS='...'] (see $(PY) -m benchmarks.bench --help)" >&2; exit 1; }
 	$(PY) -m benchmarks.bench --model $(MODEL) $(ARGS)
+
+# The tuner measures on real servers (minutes per model), rewrites only the models= stanza of
+# config.properties with a provenance record, then restarts TorchServe from it to verify.
+tune: build java-check
+	$(PY) -m benchmarks.tune $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
 clean:
 	rm -rf logs key_file.json .pytest_cache model_store/*.mar model_store/.build-state.json

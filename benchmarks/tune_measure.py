@@ -1,0 +1,213 @@
+"""The tuner's real measurements: in-process service times, and open-loop points on TorchServe.
+
+In-process: the whole handler (benchmarks.inprocess.measure) on the real inputs, one handler per
+thread count, batch sizes rising until one batch alone takes longer than the SLO (larger ones
+can never meet it: no point measuring them).
+
+Served: one TorchServe at a time through the launcher, started for a candidate on its first
+point and kept for that candidate's next points (a rate search probes several rates); the load is
+the benchmark's open loop (benchmarks.loadgen) (Poisson arrivals, latency from the intended send time).
+"""
+
+from __future__ import annotations
+
+import gc
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from benchmarks import loadgen, resources, runner, server_metrics
+from benchmarks.launcher import TorchServe
+from benchmarks.service_model import FitPoint
+from benchmarks.stats import StabilityRule
+from benchmarks.tune_search import Point
+from benchmarks.tune_space import Candidate
+
+Progress = Callable[[str], None]
+FIT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+# /metrics must be Prometheus text with our handler counters picked up (as benchmarks.bench does).
+METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
+
+
+# -- in-process -------------------------------------------------------------------------------
+def inprocess_fit(model: str, threads: Sequence[int], max_batch_size: int, slo_ms: float, seconds: float,
+                  progress: Progress) -> Dict:
+    """{"points": [FitPoint json...], "seconds": wall time}: s(b) for each thread count."""
+    from benchmarks.bare_context import FakeContext
+    from benchmarks.inprocess import extracted_archive, handler_class, measure, requests_for
+
+    began = time.perf_counter()
+    sizes = [b for b in FIT_BATCH_SIZES if b <= max_batch_size] or [1]
+    if max_batch_size not in sizes and max_batch_size > sizes[-1]:
+        sizes.append(max_batch_size)
+    requests = requests_for(model)
+    points = []
+    with tempfile.TemporaryDirectory(prefix="tune-fit-") as tmp:
+        model_dir = extracted_archive(model, None, Path(tmp))
+        for count in threads:
+            context = FakeContext(model_dir, model, batch_size=max(sizes),
+                                  handler_overrides={"runtime": {"threads": count, "warmup": False}})
+            handler = handler_class(model)()
+            handler.initialize(context)
+            for size in sizes:
+                row = measure(handler, context, requests, size, seconds)
+                service = 1000.0 * size / row.items_per_s
+                points.append(FitPoint(count, size, service))
+                progress(f"in-process: {count} thread(s), batch {size}: s(b) = {service:.1f} ms "
+                         f"({row.items_per_s:.1f} items/s)")
+                if service > slo_ms:
+                    progress(f"in-process: one batch of {size} already exceeds the {slo_ms:g} ms SLO: "
+                             "larger batches not measured")
+                    break
+            del handler, context
+            gc.collect()
+    return {"points": [p.to_json() for p in points], "seconds": round(time.perf_counter() - began, 2)}
+
+
+def machine_conditions() -> dict:
+    """What else runs on the machine: the load average and TorchServe frontends (ours included
+    when one is up)."""
+    import os
+
+    import psutil
+
+    others = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any("org.pytorch.serve" in part for part in proc.info["cmdline"] or ()):
+                others.append(proc.info["pid"])
+        except (psutil.Error, TypeError):
+            continue
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average": [round(x, 2) for x in os.getloadavg()],
+            "other_torchserve_pids": others}
+
+
+# -- served -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoadSettings:
+    window_s: float = 2.0
+    rule: StabilityRule = field(default_factory=lambda: StabilityRule(tolerance_pct=15.0, last=3, max_windows=4,
+                                                                     warmup=1))
+    connections: int = 64
+    warmup_s: float = 3.0  # unmeasured load after each server start
+
+    def to_json(self) -> dict:
+        return {"window_s": self.window_s, "rule": dict(self.rule.__dict__), "connections": self.connections,
+                "warmup_s": self.warmup_s}
+
+
+def point_from(result: loadgen.LoadResult, model: str, candidate: Candidate, seconds: float,
+               overhead_s: float) -> Point:
+    figures = runner.point(result, model).figures
+    latency = figures.get("latency_ms") or {}
+    server = figures.get("server") or {}
+    return Point(
+        candidate=candidate.key,
+        rate_rps=float(result.level),
+        offered_rps=float(figures.get("offered_rps") or result.level),
+        achieved_rps=float(figures.get("throughput_rps") or 0.0),
+        p50_ms=latency.get("p50_ms"),
+        p99_ms=latency.get("p99_ms"),
+        errors=int(sum((figures.get("errors") or {}).values())),
+        seconds=round(seconds, 2),
+        overhead_s=round(overhead_s, 2),
+        mean_batch=server.get("mean_batch_size"),
+        stable=bool(figures.get("stable", True)),
+        warnings=tuple(figures.get("warnings") or ()),
+    )
+
+
+class ServedMeasurer:
+    """Open-loop points for candidates, each on its own TorchServe (one server at a time).
+
+    Use as a context manager: whatever happens, the last server is stopped on exit.
+    """
+
+    def __init__(self, model: str, model_store: Path, base_config: Path, load: LoadSettings,
+                 response_timeout_s: int = 120, progress: Progress = print,
+                 extra_properties: Optional[Mapping[str, str]] = None, from_file: bool = False) -> None:
+        self.model = model
+        # from_file: the server takes the model's values from base_config itself (verification of
+        # a written file); otherwise the candidate's values are swapped into a copy of it.
+        self.from_file = from_file
+        self.model_store = Path(model_store)
+        self.base_config = Path(base_config)
+        self.load = load
+        self.response_timeout_s = response_timeout_s
+        self.progress = progress
+        self.extra_properties = dict(METRICS_PROPERTIES, **(extra_properties or {}))
+        self._server: Optional[TorchServe] = None
+        self._candidate: Optional[Candidate] = None
+        self._pending_s = 0.0  # stop time of the last server, charged to the next start
+        self.worker_threads: Dict[str, tuple] = {}
+        self.conditions: List[dict] = []  # the machine at every server start (measurement hygiene)
+
+    def __enter__(self) -> "ServedMeasurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+    def finish(self) -> None:
+        """Stop the current server (its stop time is charged to the next server's start)."""
+        server, self._server, self._candidate = self._server, None, None
+        if server is not None:
+            began = time.perf_counter()
+            server.stop()
+            self._pending_s += time.perf_counter() - began
+
+    def _start(self, candidate: Candidate) -> float:
+        self.finish()
+        began = time.perf_counter()
+        state = machine_conditions()
+        self.conditions.append({"candidate": candidate.key, **state})
+        others = f", other TorchServe pids {state['other_torchserve_pids']}" if state["other_torchserve_pids"] else ""
+        self.progress(f"  starting TorchServe: {candidate.label} (load average {state['load_average'][0]}{others})")
+        models = {} if self.from_file else {self.model: candidate.settings(self.response_timeout_s)}
+        server = TorchServe(self.model_store, base_config=self.base_config, models=models, load=(self.model,),
+                            extra_properties=self.extra_properties)
+        server.start()
+        self._server, self._candidate = server, candidate
+        threads = runner.worker_threads(server, self.model)
+        self.worker_threads[candidate.key] = threads
+        if threads and set(threads) != {candidate.threads}:
+            self.progress(f"  warning: workers report {threads} threads, the candidate assumes {candidate.threads}")
+        target, payloads = self._target()
+        in_flight = min(self.load.connections, 2 * candidate.workers * candidate.batch_size)
+        runner.warm_up(target, payloads, self.load.warmup_s, max(2, in_flight))
+        spent = time.perf_counter() - began + self._pending_s
+        self._pending_s = 0.0
+        return spent
+
+    @property
+    def server(self) -> Optional[TorchServe]:
+        return self._server
+
+    def _target(self):
+        server = self._server
+        target = loadgen.Target.for_model(server.inference_url, self.model, server.tokens.inference,
+                                          timeout_s=float(self.response_timeout_s))
+        return target, loadgen.payloads_for(self.model)
+
+    def measure(self, candidate: Candidate, rate: float) -> Point:
+        overhead = self._start(candidate) if self._candidate != candidate else 0.0
+        server = self._server
+        target, payloads = self._target()
+        groups = resources.ProcessGroups.for_server(server.java_pid, server.worker_pids(self.model))
+
+        def probe():
+            return server_metrics.Scrape.of(server.metrics_text()), groups.read()
+
+        self.progress(f"  open loop at {rate:.1f} req/s")
+        began = time.perf_counter()
+        result = loadgen.open_loop(target, payloads, rate, self.load.rule, self.load.window_s,
+                                   self.load.connections, seed=int(rate * 1000) % 2**31,
+                                   drain_s=max(5.0, 2 * self.load.window_s), probe=probe,
+                                   progress=lambda line: self.progress(f"  {line.strip()}"))
+        point = point_from(result, self.model, candidate, time.perf_counter() - began, overhead)
+        p99 = "-" if point.p99_ms is None else f"{point.p99_ms:.1f} ms"
+        self.progress(f"  {rate:.1f} req/s offered: {point.achieved_rps:.1f} served, p99 {p99}, "
+                      f"{point.errors} errors, mean batch {point.mean_batch or 0:.2f}")
+        return point

@@ -1,0 +1,116 @@
+"""A short end-to-end tune on a tiny space against real TorchServes, through the CLI.
+
+It writes into a temp copy of config.properties (never the real root file), checks that only the
+models= stanza and its provenance changed, that the verification server read the written values
+back (GET /models/<name>), that the report folder is complete, and that --resume replays the run
+without measuring again. The SLO is generous: on 2 shared cores this checks the mechanics, not
+the numbers (those live in the committed tuner reports).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks import properties
+from benchmarks.config_writer import find_stanza
+from benchmarks.ts_config import ServerConfig
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "minilm"
+TIMEOUT_S = 420
+
+
+def run_tune(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "benchmarks.tune", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+def outside_stanza(text: str) -> list:
+    lines = text.splitlines()
+    first, end = find_stanza(text.splitlines(keepends=True))
+    return [line for line in lines[:first] + lines[end:] if not line.startswith(("# tuned ", "#   ", "# Tuner "))]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, model_store):
+    tmp = tmp_path_factory.mktemp("tune")
+    root_before = (ROOT / "config.properties").read_bytes()
+    config = tmp / "config.properties"
+    config.write_bytes(root_before)
+    began = time.monotonic()
+    # Two workers x one thread (robust next to other jobs), batch 1 or 4: TorchServe's defaults
+    # (2 workers, batch 1) cover the first, the search measures at most the second.
+    done = run_tune("--model", MODEL, "--space", "tiny", "--workers", "2", "--batch-sizes", "1,4", "--delays", "5",
+                    "--slo-ms", "1000", "--config", str(config), "--model-store", str(model_store),
+                    "--out", str(tmp / "reports"), "--window-s", "1", "--max-windows", "3", "--stable-windows", "2",
+                    "--warmup-s", "1", "--fit-seconds", "0.5", "--max-candidates", "1", "--max-points", "3")
+    seconds = time.monotonic() - began
+    assert done.returncode in (0, 1), f"tune exited {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
+    assert (ROOT / "config.properties").read_bytes() == root_before, "the real root config.properties changed"
+    folders = list((tmp / "reports").iterdir())
+    assert len(folders) == 1 and folders[0].name.startswith(f"tune-{MODEL}-")
+    return {"done": done, "config": config, "original": root_before.decode(), "folder": folders[0],
+            "report": json.loads((folders[0] / "report.json").read_text()), "seconds": seconds,
+            "model_store": model_store}
+
+
+def test_report_folder_is_complete(tuned):
+    folder = tuned["folder"]
+    for name in ("report.json", "results.csv", "report.md", "candidates.png", "checkpoint.json"):
+        assert (folder / name).is_file() and (folder / name).stat().st_size > 0, name
+    assert (folder / "candidates.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = tuned["report"]
+    assert report["search"][0]["phase"] == "defaults"  # measured first, the search's first calibration point
+    assert report["chosen"]["key"] in {r["key"] for r in report["search"]}
+    for result in report["search"]:
+        c = result["candidate"]
+        assert c["workers"] * c["threads"] <= report["space"]["cores"]
+        assert result["points"] and all(p["achieved_rps"] <= p["offered_rps"] * 1.5 for p in result["points"])
+    assert report["fit"]["points"] and report["timing"]["tuner_s"] > 0
+    assert "Before / after" in (folder / "report.md").read_text()
+    assert "report:" in tuned["done"].stdout
+
+
+def test_only_the_stanza_and_provenance_changed(tuned):
+    written = tuned["config"].read_text()
+    assert outside_stanza(written) == outside_stanza(tuned["original"])
+    chosen = tuned["report"]["chosen"]["candidate"]
+    settings = ServerConfig.load(tuned["config"]).model(MODEL).settings
+    assert (settings.batch_size, settings.max_batch_delay_ms, settings.min_workers, settings.max_workers) == (
+        chosen["batch_size"], chosen["max_batch_delay_ms"], chosen["workers"], chosen["workers"])
+    before = properties.parse(tuned["original"])
+    after = properties.parse(written)
+    assert {k: v for k, v in before.items() if k != "models"} == {k: v for k, v in after.items() if k != "models"}
+    models_before, models_after = json.loads(before["models"]), json.loads(after["models"])
+    assert models_after["efficientnet_lite0"] == models_before["efficientnet_lite0"]  # the other model untouched
+    assert f"# tuned {MODEL}: " in written and tuned["folder"].name in written
+
+
+def test_verification_read_the_written_values(tuned):
+    verification = tuned["report"]["verification"]
+    assert verification is not None and verification["mismatches"] == []
+    chosen = tuned["report"]["chosen"]["candidate"]
+    described = verification["described"]
+    assert (described["batchSize"], described["maxBatchDelay"], described["minWorkers"]) == (
+        chosen["batch_size"], chosen["max_batch_delay_ms"], chosen["workers"])
+    assert set(verification["worker_threads"]) <= {chosen["threads"]}
+    assert verification["points"] and verification["points"][0]["rate_rps"] > 0
+
+
+def test_resume_replays_without_measuring(tuned):
+    began = time.monotonic()
+    done = run_tune("--resume", str(tuned["folder"]))
+    assert done.returncode == tuned["done"].returncode, done.stderr[-4000:]
+    assert "resuming" in done.stderr and "starting TorchServe" not in done.stderr
+    assert time.monotonic() - began < max(60.0, 0.5 * tuned["seconds"])
+    again = json.loads((tuned["folder"] / "report.json").read_text())
+    assert again["chosen"] == tuned["report"]["chosen"]
+    assert again["search"] == tuned["report"]["search"]
