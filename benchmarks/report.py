@@ -69,11 +69,11 @@ def sentences(s: dict) -> List[str]:
         verdict += f", at {s['efficiency_at_slo']:.0%} of the in-process limit ({s['inprocess_items_per_s']:.1f} items/s)."
     else:
         verdict = f"Ours meets p99 <= {slo:g} ms at none of the measured points."
-    peak = (f"At peak ours serves {ours['peak_rps']:.1f} req/s (p99 {ours['peak_p99_ms']:.0f} ms, {ours['peak_point']})"
-            f", {_pct(s['efficiency_at_peak'])} of the in-process limit")
+    peak = (f"At peak ours serves {_fmt(ours['peak_rps'])} req/s (p99 {_fmt(ours['peak_p99_ms'], 0)} ms, "
+            f"{ours['peak_point']}), {_pct(s['efficiency_at_peak'])} of the in-process limit")
     if stock:
-        peak += (f"; the stock baseline peaks at {stock['peak_rps']:.1f} req/s (p99 {stock['peak_p99_ms']:.0f} ms)"
-                 f": {_x(s['speedup_at_peak'])}")
+        peak += (f"; the stock baseline peaks at {_fmt(stock['peak_rps'])} req/s "
+                 f"(p99 {_fmt(stock['peak_p99_ms'], 0)} ms): {_x(s['speedup_at_peak'])}")
     return [verdict, peak + "."]
 
 

@@ -124,8 +124,9 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
 
 # -- what a set of points says ----------------------------------------------------------------
 def peak(points: Sequence[Point]) -> Optional[dict]:
-    """The point with the highest throughput."""
-    return max((p.figures for p in points), key=lambda f: f["throughput_rps"], default=None)
+    """The point with the highest throughput (among those with answers)."""
+    return max((p.figures for p in points if p.figures["latency_ms"]), key=lambda f: f["throughput_rps"],
+               default=None)
 
 
 def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:

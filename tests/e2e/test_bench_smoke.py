@@ -70,19 +70,23 @@ def test_numbers_consistent(report):
     ours, stock = report["results"]["ours"]["points"], report["results"]["stock"]["points"]
     assert {p["mode"] for p in ours} == {"closed", "open"} and {p["mode"] for p in stock} == {"closed", "open"}
     for point in ours + stock:
-        lat = point["latency_ms"]
-        assert lat is not None, point
-        assert lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"] <= lat["p999_ms"] <= lat["max_ms"]
         assert point["ok"] + sum(point["errors"].values()) == point["requests"]
+        lat = point["latency_ms"]
+        if lat is None:  # a slow Poisson rate may schedule nothing in a 3 s smoke interval
+            assert point["mode"] == "open" and point["ok"] == 0, point
+            continue
+        assert lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"] <= lat["p999_ms"] <= lat["max_ms"]
         if point["mode"] == "open":
             assert point["throughput_rps"] <= point["offered_rps"] + 1e-9
         else:
             assert point["offered_rps"] is None
         assert point["resources"]["workers"]["cpu_pct"] > 0
+    assert all(p["latency_ms"] for p in ours + stock if p["mode"] == "closed")
     # Our batches never exceed the batch size; the stock baseline runs at batch size 1.
     for point in ours:
         assert all(1 <= int(size) <= BATCH for size in point["server"]["batch_sizes"])
-        assert point["server"]["stage_ms_per_batch"]["inference"] > 0
+        if point["server"]["batches"]:
+            assert point["server"]["stage_ms_per_batch"]["inference"] > 0
     assert report["results"]["stock"]["frontend"]["batchSize"] == 1
     assert report["results"]["stock"]["frontend"]["workers"] == os.cpu_count()  # TorchServe's default
     summary = report["summary"]
