@@ -15,12 +15,13 @@ from typing import Dict, List, Mapping, Optional
 
 from benchmarks.runner import ServerRun, summary
 
+NOISY_OTHERS_PCT = 15.0  # CPU (% of one core) used by other processes during a point
 CSV_COLUMNS = (
     "server", "mode", "level", "stable", "windows", "seconds", "requests", "ok", "errors", "nominal_rps",
     "offered_rps", "throughput_rps", "mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
     "late_fraction", "queue_ms", "frontend_ms", "mean_batch_size", "handler_ms_per_batch", "preprocess_ms",
     "inference_ms", "postprocess_ms", "frontend_cpu_pct", "workers_cpu_pct", "generator_cpu_pct",
-    "frontend_rss_mb", "workers_rss_mb",
+    "others_cpu_pct", "frontend_rss_mb", "workers_rss_mb",
 )
 
 
@@ -94,7 +95,8 @@ def csv_row(server: str, f: dict) -> Dict[str, object]:
         "preprocess_ms": stages.get("preprocess"), "inference_ms": stages.get("inference"),
         "postprocess_ms": stages.get("postprocess"),
         "frontend_cpu_pct": res["frontend"]["cpu_pct"], "workers_cpu_pct": res["workers"]["cpu_pct"],
-        "generator_cpu_pct": res["generator"]["cpu_pct"], "frontend_rss_mb": res["frontend"]["rss_mb"],
+        "generator_cpu_pct": res["generator"]["cpu_pct"], "others_cpu_pct": res["others"]["cpu_pct"],
+        "frontend_rss_mb": res["frontend"]["rss_mb"],
         "workers_rss_mb": res["workers"]["rss_mb"],
     }
 
@@ -137,7 +139,7 @@ def markdown(report: dict) -> str:
     for server, run in report["results"].items():
         lines += [f"## Points: {server}", "",
                   "| mode | level | offered | req/s | p50 | p90 | p99 | p99.9 | max | err | queue | batch | "
-                  "handler/batch | CPU fe/wk/gen % | stable |",
+                  "handler/batch | CPU fe/wk/gen/other % | stable |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for f in run["points"]:
             r = csv_row(server, f)
@@ -147,10 +149,11 @@ def markdown(report: dict) -> str:
                 f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {_fmt(r['p99_ms'], 0)} | {_fmt(r['p999_ms'], 0)} | "
                 f"{_fmt(r['max_ms'], 0)} | {r['errors']} | {_fmt(r['queue_ms'])} | {_fmt(r['mean_batch_size'])} | "
                 f"{_fmt(r['handler_ms_per_batch'])} | {r['frontend_cpu_pct']:.0f}/{r['workers_cpu_pct']:.0f}/"
-                f"{r['generator_cpu_pct']:.0f} | {'yes' if f['stable'] else 'no'} |")
+                f"{r['generator_cpu_pct']:.0f}/{r['others_cpu_pct']:.0f} | {'yes' if f['stable'] else 'no'} |")
         lines.append("")
     lines += ["Latencies in ms, from the intended send time; queue = TorchServe's queue time per request; "
-              "batch = mean batch size formed; CPU in % of one core (frontend JVM / workers / load generator).", ""]
+              "batch = mean batch size formed; CPU in % of one core (frontend JVM / workers / load generator / "
+              "every other process on the machine).", ""]
     if report["warnings"]:
         lines += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
     lines += ["## Plots", "", "![throughput vs p99](throughput_vs_p99.png)", "",
@@ -181,6 +184,12 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
     }
     warnings = [f"{label} {p.figures['mode']} {p.figures['level']:g}: {w}"
                 for label, run in runs.items() for p in run.points for w in p.figures["warnings"]]
+    noisy = [(label, p.figures) for label, run in runs.items() for p in run.points
+             if p.figures["resources"]["others"]["cpu_pct"] > NOISY_OTHERS_PCT]
+    if noisy:
+        worst = max(f["resources"]["others"]["cpu_pct"] for _, f in noisy)
+        warnings.append(f"{len(noisy)} point(s) ran while other processes used > {NOISY_OTHERS_PCT:.0f}% of a core "
+                        f"(up to {worst:.0f}%): those numbers are pessimistic")
     if conditions["before"]["other_torchserve_pids"] or conditions["after"]["other_torchserve_pids"]:
         warnings.append("other TorchServe servers were running on this machine: numbers are noisy")
     overview = summarize(runs, inprocess, slo_ms)

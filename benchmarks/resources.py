@@ -1,4 +1,5 @@
-"""CPU and memory of the processes in a benchmark: the frontend (JVM), the workers, the generator.
+"""CPU and memory of the processes in a benchmark: the frontend (JVM), the workers, the generator,
+and the CPU everything else on the machine used meanwhile (a shared machine's noise, measured).
 
 CPU% is CPU time over wall time between two readings, in percent of one core (200% = both cores
 of this machine busy). RSS is the resident memory at the later reading, summed over a group.
@@ -18,6 +19,8 @@ import psutil
 GENERATOR = "generator"
 FRONTEND = "frontend"
 WORKERS = "workers"
+OTHERS = "others"  # every other process on the machine
+_MACHINE = "machine"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,10 @@ class ProcessGroups:
                         times = proc.cpu_times()
                         cpu[name] += times.user + times.system
                         rss[name] += proc.memory_info().rss
+        total = psutil.cpu_times()
+        cpu[_MACHINE] = total.user + total.nice + total.system + getattr(total, "irq", 0.0) + \
+            getattr(total, "softirq", 0.0) + getattr(total, "steal", 0.0)
+        rss[_MACHINE] = 0
         return Reading(time.perf_counter(), MappingProxyType(cpu), MappingProxyType(rss))
 
 
@@ -72,8 +79,9 @@ def usage(before: Reading, after: Reading) -> Dict[str, Usage]:
     wall = after.at - before.at
     if wall <= 0:
         raise ValueError("readings out of order")
-    return {
-        name: Usage(100.0 * max(0.0, after.cpu_s[name] - before.cpu_s.get(name, 0.0)) / wall,
-                    after.rss_bytes[name] / 2**20)
-        for name in after.cpu_s
-    }
+    cpu = {name: 100.0 * max(0.0, after.cpu_s[name] - before.cpu_s.get(name, 0.0)) / wall for name in after.cpu_s}
+    machine = cpu.pop(_MACHINE, None)
+    out = {name: Usage(pct, after.rss_bytes[name] / 2**20) for name, pct in cpu.items()}
+    if machine is not None:
+        out[OTHERS] = Usage(max(0.0, machine - sum(cpu.values())), 0.0)
+    return out

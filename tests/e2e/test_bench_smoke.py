@@ -63,7 +63,7 @@ def test_fields_present(report):
         for key in ("mode", "level", "throughput_rps", "offered_rps", "latency_ms", "errors", "server", "resources",
                     "stable", "windows"):
             assert key in point, key
-        assert set(point["resources"]) == {"frontend", "workers", "generator"}
+        assert set(point["resources"]) == {"frontend", "workers", "generator", "others"}
 
 
 def test_numbers_consistent(report):

@@ -225,3 +225,16 @@ def test_open_loop_drain_is_bounded(local_target):
     assert time.perf_counter() - began < 2.5
     assert result.samples and all(s.status == NO_RESPONSE for s in result.samples)
     assert result.figures()["throughput_rps"] == 0.0 and result.max_busy == 4
+
+
+def test_process_usage_and_the_rest_of_the_machine():
+    from benchmarks import resources
+
+    before = resources.Reading(10.0, {"frontend": 1.0, "workers": 5.0, "machine": 100.0},
+                               {"frontend": 0, "workers": 0, "machine": 0})
+    after = resources.Reading(12.0, {"frontend": 1.5, "workers": 7.0, "machine": 104.0},
+                              {"frontend": 200 * 2**20, "workers": 300 * 2**20, "machine": 0})
+    used = resources.usage(before, after)
+    assert used["frontend"].cpu_pct == pytest.approx(25.0) and used["workers"].cpu_pct == pytest.approx(100.0)
+    assert used["others"].cpu_pct == pytest.approx(75.0)  # 200% busy, 125% of it ours
+    assert used["workers"].rss_mb == pytest.approx(300.0) and "machine" not in used
