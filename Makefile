@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 JAVA_HINT := sudo apt-get install -y openjdk-17-jre-headless
 
-.PHONY: help venv java-check build serve stop test test-unit test-e2e bench clean
+.PHONY: help venv java-check build serve stop test test-unit test-e2e bench tune clean
 
 help:
 	@echo "make serve      build the archives, start TorchServe on 127.0.0.1:8080-8082, print curl lines"

@@ -53,10 +53,11 @@ MARKER_ENV = "TS_LAUNCHER_RUN"
 LOG_FILES = ("ts_log.log", "model_log.log")
 # Fail fast instead of waiting out the timeout when a model keeps failing to load.
 MAX_LOAD_FAILURES = 3
-# Set only when the base config leaves them out. Keys expire after 60 min by default in 0.12: a
-# long benchmark or tuning run on one server would start failing with InvalidKeyException.
+# Free ports are probed then released before the JVM binds them: retry if one was taken meanwhile.
 BIND_ATTEMPTS = 3
 _BIND_FAILURE = re.compile(r"Failed to bind|Address already in use|BindException")
+# Set only when the base config leaves them out. Keys expire after 60 min by default in 0.12: a
+# long benchmark or tuning run on one server would start failing with InvalidKeyException.
 LAUNCHER_DEFAULTS = MappingProxyType({"token_expiration_min": "1440"})
 _LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 _NOISE = re.compile(r"ACCESS_LOG|TS_METRICS|MetricCollector")
