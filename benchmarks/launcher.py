@@ -28,13 +28,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -42,53 +40,24 @@ from typing import Any, Mapping
 import psutil
 import requests
 
-from benchmarks import processes, properties
+from benchmarks import processes, properties, ts_logs
 from benchmarks.client import Body, Client, Endpoints, Tokens
 from benchmarks.errors import LauncherError, StartupError
-from benchmarks.ts_config import ModelEntry, ModelSettings, ServerConfig, format_models
+from benchmarks.launch_spec import DEFAULT_CONFIG, REPO_ROOT, LaunchSpec, frozen
+from benchmarks.ts_config import ModelEntry, ModelSettings, ServerConfig
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = REPO_ROOT / "config.properties"
 MARKER_ENV = "TS_LAUNCHER_RUN"
-LOG_FILES = ("ts_log.log", "model_log.log")
 # Fail fast instead of waiting out the timeout when a model keeps failing to load.
 MAX_LOAD_FAILURES = 3
 # Free ports are probed then released before the JVM binds them: retry if one was taken meanwhile.
 BIND_ATTEMPTS = 3
 _BIND_FAILURE = re.compile(r"Failed to bind|Address already in use|BindException")
-# Set only when the base config leaves them out. Keys expire after 60 min by default in 0.12: a
-# long benchmark or tuning run on one server would start failing with InvalidKeyException.
-LAUNCHER_DEFAULTS = MappingProxyType({"token_expiration_min": "1440"})
-_LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
-_NOISE = re.compile(r"ACCESS_LOG|TS_METRICS|MetricCollector")
 
-__all__ = ["TorchServe", "LaunchSpec", "ModelSettings", "LauncherError", "StartupError", "log"]
+__all__ = ["TorchServe", "LaunchSpec", "ModelSettings", "LauncherError", "StartupError", "log", "REPO_ROOT", "DEFAULT_CONFIG"]
 
 
 def log(message: str) -> None:
     print(f"[launcher] {message}", file=sys.stderr, flush=True)
-
-
-def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping or {}))
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """Everything that decides how one server starts. Built once, never mutated."""
-
-    model_store: Path
-    base_config: Path = DEFAULT_CONFIG
-    # Per-model frontend values swapped into models= (others keep the base config's values).
-    models: Mapping[str, ModelSettings] = field(default_factory=_frozen)
-    # Load only these models (load_models=name=name.mar,...); empty: as the base config says.
-    load: tuple[str, ...] = ()
-    # Models that must have READY workers before start() returns; empty: derived (see below).
-    wait_for: tuple[str, ...] = ()
-    extra_properties: Mapping[str, str] = field(default_factory=_frozen)
-    env: Mapping[str, str] = field(default_factory=_frozen)
-    start_timeout_s: float = 300.0
-    keep_workdir: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,11 +90,11 @@ class TorchServe:
         self.spec = LaunchSpec(
             model_store=Path(model_store).resolve(),
             base_config=Path(base_config).resolve(),
-            models=_frozen(models),
+            models=frozen(models),
             load=tuple(load),
             wait_for=tuple(wait_for),
-            extra_properties=_frozen({k: str(v) for k, v in (extra_properties or {}).items()}),
-            env=_frozen({k: str(v) for k, v in (env or {}).items()}),
+            extra_properties=frozen({k: str(v) for k, v in (extra_properties or {}).items()}),
+            env=frozen({k: str(v) for k, v in (env or {}).items()}),
             start_timeout_s=start_timeout_s,
             # TS_LAUNCHER_KEEP=1 keeps every workdir (logs, config) for a post-mortem.
             keep_workdir=bool(os.environ.get("TS_LAUNCHER_KEEP")) if keep_workdir is None else keep_workdir,
@@ -156,8 +125,8 @@ class TorchServe:
         if self._run is not None:
             raise LauncherError("this TorchServe is already started")
         base = ServerConfig.load(self.spec.base_config)
-        entries = self._entries(base)
-        wait_for = self._wait_for(base, entries)
+        entries = self.spec.entries(base)
+        wait_for = self.spec.models_to_wait_for(base, entries)
         began = time.monotonic()
         for attempt in range(1, BIND_ATTEMPTS + 1):
             try:
@@ -205,61 +174,12 @@ class TorchServe:
                 shutil.rmtree(run.workdir, ignore_errors=True)
             log(f"stopped in {time.monotonic() - began:.1f} s")
 
-    # -- what to start ---------------------------------------------------------------------
-    def _entries(self, base: ServerConfig) -> tuple[ModelEntry, ...]:
-        entries = base.with_models(self.spec.models) if self.spec.models else base.models
-        if self.spec.load:
-            by_name = {e.name: e for e in entries}
-            entries = tuple(by_name.get(n, ModelEntry(name=n)) for n in self.spec.load)
-        return entries
-
-    def _wait_for(self, base: ServerConfig, entries: tuple[ModelEntry, ...]) -> tuple[str, ...]:
-        store = self.spec.model_store
-        if not store.is_dir():
-            raise StartupError(f"model store not found: {store}")
-        names = self.spec.wait_for or self.spec.load
-        if not names:
-            load_models = self.spec.extra_properties.get("load_models", base.get("load_models", ""))
-            if load_models.strip().lower() == "all":
-                # Every archive in the store gets loaded: wait for all of them.
-                by_archive = {e.archive: e.name for e in entries}
-                names = tuple(by_archive.get(p.name, p.stem) for p in sorted(store.glob("*.mar")))
-            else:
-                names = tuple(e.name for e in entries if (store / e.archive).is_file())
-        archives = {e.name: e.archive for e in entries}
-        missing = [archives.get(n, f"{n}.mar") for n in names]
-        missing = [a for a in missing if not (store / a).is_file()]
-        if missing:
-            raise StartupError(
-                f"missing in {store}: {', '.join(missing)} (build them: .venv/bin/python -m build)"
-            )
-        return names
-
-    def _properties(self, base: ServerConfig, entries: tuple[ModelEntry, ...], ports: tuple[int, ...]) -> dict[str, str]:
-        props = dict(base.properties)
-        props.update(
-            inference_address=f"http://127.0.0.1:{ports[0]}",
-            management_address=f"http://127.0.0.1:{ports[1]}",
-            metrics_address=f"http://127.0.0.1:{ports[2]}",
-            grpc_inference_port=str(ports[3]),
-            grpc_management_port=str(ports[4]),
-            model_store=str(self.spec.model_store),
-        )
-        for key, value in LAUNCHER_DEFAULTS.items():
-            props.setdefault(key, value)
-        if entries:
-            props["models"] = format_models(entries)
-        if self.spec.load:
-            props["load_models"] = ",".join(f"{e.name}={e.archive}" for e in entries)
-        props.update(self.spec.extra_properties)
-        return props
-
     # -- starting --------------------------------------------------------------------------
     def _launch(self, base: ServerConfig, entries: tuple[ModelEntry, ...]) -> None:
         workdir = Path(tempfile.mkdtemp(prefix="ts-launch-"))
         try:
             (workdir / "tmp").mkdir()
-            props = self._properties(base, entries, processes.free_loopback_ports(5))
+            props = self.spec.properties(base, entries, processes.free_loopback_ports(5))
             config_path = workdir / "config.properties"
             config_path.write_text(
                 properties.format_properties(props, f"Generated by benchmarks.launcher from {base.path}"),
@@ -356,14 +276,10 @@ class TorchServe:
                 ready = sum(1 for w in desc["workers"] if w.get("status") == "READY")
                 if ready >= max(1, int(desc.get("minWorkers", 1))):
                     return
-            failures = self._load_failures(name)
+            failures = ts_logs.load_failures(self._require_run().workdir, name)
             if failures >= MAX_LOAD_FAILURES:
                 raise StartupError(f"model {name!r} failed to load {failures} times\n{self._tails()}")
             self._sleep_until(deadline, f"model {name!r} has no READY worker")
-
-    def _load_failures(self, name: str) -> int:
-        pattern = re.compile(rf"W-\d+-{re.escape(name)}_\S* State change WORKER_STARTED -> WORKER_ERROR")
-        return len({line for line in self.log_text("ts_log.log").splitlines() if pattern.search(line)})
 
     def _sleep_until(self, deadline: float, what: str) -> None:
         if time.monotonic() > deadline:
@@ -380,49 +296,19 @@ class TorchServe:
 
     # -- SIGTERM -> KeyboardInterrupt, so `finally` (and stop) runs ----------------------
     def _install_sigterm(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+        self._old_sigterm = processes.sigterm_as_interrupt()
 
     def _restore_sigterm(self) -> None:
-        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+        processes.restore_sigterm(self._old_sigterm)
+        self._old_sigterm = None
 
     # -- logs --------------------------------------------------------------------------------
     def log_text(self, name: str = "model_log.log") -> str:
-        """Full text of one file under the server's logs/ (empty if absent)."""
-        if self._run is None:
-            return ""
-        path = self._run.workdir / "logs" / name
-        try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
+        """Full text of one file under the server's logs/ (empty if absent or stopped)."""
+        return "" if self._run is None else ts_logs.read(self._run.workdir, name)
 
-    def _tails(self, lines: int = 40) -> str:
-        if self._run is None:
-            return ""
-        parts = []
-        for name in LOG_FILES:
-            # Drop the access/metrics chatter (our own polling) and the doubled lines.
-            kept: list[str] = []
-            for line in self.log_text(name).splitlines():
-                if _NOISE.search(line) or (kept and kept[-1] == line):
-                    continue
-                kept.append(line)
-            if kept:
-                parts.append(f"--- tail of logs/{name} ---\n" + "\n".join(kept[-lines:]))
-        # The JVM's own stderr (bind failures, stack traces) only reaches console.log: keep the
-        # lines that are not log4j records (those are in the logs above).
-        console = self._run.workdir / "console.log"
-        if console.is_file():
-            raw = console.read_text(errors="replace").splitlines()
-            stray = [line for line in raw if line.strip() and not _LOG_RECORD.match(line)]
-            if stray:
-                parts.append("--- console output (not in the logs) ---\n" + "\n".join(stray[-lines:]))
-        return "\n".join(parts) or f"(no logs in {self._run.workdir})"
+    def _tails(self) -> str:
+        return "" if self._run is None else ts_logs.tails(self._run.workdir)
 
     # -- access ------------------------------------------------------------------------------
     def _require_run(self) -> _Run:
@@ -491,7 +377,3 @@ class TorchServe:
 
     def metrics_text(self) -> str:
         return self.client.metrics_text()
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")

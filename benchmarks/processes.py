@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
-from typing import Iterable
+import threading
+from typing import Any, Iterable
 
 import psutil
 
@@ -68,3 +70,22 @@ def end(procs: Iterable[psutil.Process], grace_s: float = 10.0) -> list[psutil.P
             proc.kill()
     psutil.wait_procs(alive, timeout=5)
     return alive
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def sigterm_as_interrupt() -> Any:
+    """In the main thread, when SIGTERM has its default action: make it raise KeyboardInterrupt,
+    so that `finally` blocks (a server's stop) run. Returns the handler to restore, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def restore_sigterm(previous: Any) -> None:
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
