@@ -3,6 +3,7 @@ stage timings and formed batch sizes on the Prometheus endpoint."""
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -52,9 +53,17 @@ def test_stage_metrics_on_prometheus(profiled_server):
     before = profiled_server.metrics_text()
     for body in list(photo_jpegs().values())[:3]:
         assert profiled_server.predict(MODEL, body, "image/jpeg").status_code == 200
-    after = profiled_server.metrics_text()
+    # Workers report metrics through their log stream: the frontend may count the last batch a
+    # moment after its response went out, so read until all three requests are in (bounded).
+    deadline = time.monotonic() + 10
+    while True:
+        after = profiled_server.metrics_text()
+        added = counter(after, "HandlerItems", ModelName=MODEL) - counter(before, "HandlerItems", ModelName=MODEL)
+        if added >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert added == 3
     for stage in ("HandlerPreprocessMs", "HandlerInferenceMs", "HandlerPostprocessMs"):
         assert counter(after, stage, ModelName=MODEL) > counter(before, stage, ModelName=MODEL), stage
-    assert counter(after, "HandlerItems", ModelName=MODEL) - counter(before, "HandlerItems", ModelName=MODEL) == 3
     sizes = re.findall(r'HandlerBatches\{[^}]*BatchSize="(\d+)"', after)
     assert sizes and all(1 <= int(size) <= 8 for size in sizes)
