@@ -26,3 +26,7 @@ class ApiError(LauncherError):
 
 class BenchmarkError(LauncherError):
     """A benchmark could not run or measure (bad options, a load point where every request failed)."""
+
+
+class ReliabilityError(LauncherError):
+    """A reliability check (bad input, faults, overload, soak, security) could not run or measure."""

@@ -7,14 +7,16 @@
 Hand-written cases (tests/corpus/images.py, texts.py) say why they exist in their names; generated
 ones (generated.py) come from a fixed seed. Valid edge cases (greyscale, CMYK, alpha, 16-bit, 1x1,
 extreme aspect ratios, unicode, control characters inside words) must be answered 200; everything
-else a 4xx with a message. `frontend_cases` are refused by TorchServe itself before any worker sees
-them (over max_request_size, unknown model), so they only make sense against a real server.
+else a 4xx with a message. `server_cases` depend on the server's max_request_size and are mostly
+refused by TorchServe itself before any worker sees them (over max_request_size, unknown model):
+they only make sense against a real server.
 """
 
 from __future__ import annotations
 
 from typing import List, Tuple
 
+from handlers.settings import ImageSettings
 from tests.corpus import generated, images, texts
 from tests.corpus.case import FRONTEND, HANDLER, IMAGE_MODEL, TEXT_MODEL, Case, worker_input
 
@@ -22,7 +24,7 @@ from tests.corpus.case import FRONTEND, HANDLER, IMAGE_MODEL, TEXT_MODEL, Case, 
 # does not say otherwise.
 DEFAULT_MAX_REQUEST_BYTES = 6_553_500
 
-__all__ = ["Case", "cases", "handler_cases", "frontend_cases", "worker_input", "HANDLER", "FRONTEND",
+__all__ = ["Case", "cases", "handler_cases", "server_cases", "worker_input", "HANDLER", "FRONTEND",
            "IMAGE_MODEL", "TEXT_MODEL", "DEFAULT_MAX_REQUEST_BYTES"]
 
 
@@ -31,9 +33,13 @@ def handler_cases() -> List[Case]:
     return images.cases() + texts.cases() + generated.cases()
 
 
-def frontend_cases(max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> List[Case]:
+def server_cases(max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> List[Case]:
     over = max_request_bytes + 1
+    image_limit = ImageSettings().max_body_bytes + 1
     return [
+        # Refused by whichever limit is lower: the frontend's, or the image handler's own.
+        Case("image body over the handler's limit", IMAGE_MODEL, b"\xff\xd8" + b"\0" * (image_limit - 2),
+             "image/jpeg", False, 413, "", HANDLER if image_limit <= max_request_bytes else FRONTEND),
         Case("image body over max_request_size", IMAGE_MODEL, b"\xff\xd8" + b"\0" * (over - 2),
              "image/jpeg", False, 413, "", FRONTEND),
         Case("text body over max_request_size", TEXT_MODEL, b"a" * over, "text/plain", False, 413, "", FRONTEND),
@@ -47,7 +53,7 @@ def frontend_cases(max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> List[C
 
 def cases(max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Tuple[Case, ...]:
     """The whole corpus; names are unique per model."""
-    everything = handler_cases() + frontend_cases(max_request_bytes)
+    everything = handler_cases() + server_cases(max_request_bytes)
     names = [f"{c.model}: {c.name}" for c in everything]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
