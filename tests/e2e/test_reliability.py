@@ -1,0 +1,80 @@
+"""The short form of `make reliability` (benchmarks/reliability.py): the same checks, each a test.
+
+One server from the shipped config.properties runs, in this order: the security checks, a soak of
+about a minute (on the fresh server: a soak measures steady state, not the aftermath of faults),
+the whole bad-input corpus, a worker SIGKILLed under load, and the secrets scan. The
+overload and the broken archives each get their own server (a small job queue; the model API on).
+Every server goes through the launcher: free loopback ports, temp dir, always stopped.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import badinput, faults, overload, security, soak
+from benchmarks.launcher import TorchServe
+from benchmarks.traffic import capacity
+
+pytestmark = pytest.mark.e2e
+
+IMAGE, TEXT = "efficientnet_lite0", "minilm"
+SOAK_MINUTES = 0.75  # + 15 s of warm-up: about a minute of load
+
+
+def verdict(result) -> str:
+    return result.summary() + "".join(f"\n  FAIL {p}" for p in result.problems)
+
+
+@pytest.fixture(scope="module")
+def shipped(model_store):
+    """The shipped config.properties (batchSize 8, token auth, model API off), both models."""
+    with TorchServe(model_store, wait_for=(IMAGE, TEXT)) as ts:
+        yield ts
+
+
+@pytest.fixture(scope="module")
+def soak_report(tmp_path_factory):
+    return tmp_path_factory.mktemp("soak-report")
+
+
+def test_security_on_the_shipped_config(shipped):
+    checks = security.weights_checks() + security.server_checks(shipped, TEXT, IMAGE)
+    assert all(c.passed for c in checks), "\n".join(c.line() for c in checks)
+    assert len(checks) >= 10
+
+
+def test_short_soak(shipped, soak_report):
+    result = soak.soak(shipped, IMAGE, SOAK_MINUTES, capacity(shipped, IMAGE, seconds=6.0), warmup_s=15.0)
+    soak.write_report(result, soak_report)
+    assert (soak_report / "soak.png").stat().st_size > 0 and (soak_report / "soak.json").is_file()
+    assert result.passed, verdict(result)
+
+
+def test_bad_input_corpus(shipped):
+    result = badinput.run_corpus(shipped)
+    assert result.tried >= 150
+    assert result.passed, verdict(result)
+
+
+def test_worker_sigkill_under_load(shipped):
+    result = faults.kill_worker_under_load(shipped, IMAGE, concurrency=8, after_s=4.0)
+    assert result.passed, verdict(result)
+    assert result.traffic.sent > 0 and result.recovery_s is not None
+    print(result.summary())
+
+
+def test_no_secrets_in_logs_or_reports(shipped, soak_report):
+    (check,) = security.secrets_checks(shipped, extra=[soak_report])
+    assert check.passed, check.line()
+
+
+def test_overload_at_three_times_capacity(model_store):
+    with TorchServe(model_store, load=(IMAGE,), extra_properties={"job_queue_size": "16"}) as ts:
+        result = overload.overload(ts, IMAGE, capacity(ts, IMAGE, seconds=6.0), factor=3.0, seconds=12.0)
+    assert result.passed, verdict(result)
+
+
+def test_broken_archives_fail_alone(model_store):
+    result = faults.broken_archives(model_store, TEXT)
+    assert result.passed, verdict(result)
+    assert {f.archive.name for f in result.failures} == {"no_weights", "bad_settings", "truncated"}

@@ -1,0 +1,89 @@
+"""The reliability checks' verdicts, on synthetic figures (no server): accounting, bounds, growth."""
+
+from types import MappingProxyType
+
+import pytest
+
+from benchmarks.badinput import mixed_groups
+from benchmarks.faults import KillResult
+from benchmarks.overload import OverloadResult, p99_bound_ms
+from benchmarks.reliability import Findings, table
+from benchmarks.soak import Point, SoakResult
+from benchmarks.stats import NO_RESPONSE, Sample
+from benchmarks.traffic import Traffic
+from tests.corpus import IMAGE_MODEL, handler_cases
+
+pytestmark = pytest.mark.unit
+
+
+def samples(*statuses):
+    return [Sample(i, i, i + 0.1, s) for i, s in enumerate(statuses)]
+
+
+def test_traffic_counts_no_answer_and_unrecorded_requests_as_lost():
+    traffic = Traffic.of(samples(200, 200, 503, NO_RESPONSE), sent=5)
+    assert (traffic.sent, traffic.answered, traffic.ok, traffic.lost) == (5, 3, 2, 2)
+    assert dict(traffic.errors) == {"503": 1}
+    total = traffic + Traffic.of(samples(503, 507))
+    assert (total.sent, total.answered, total.lost) == (7, 5, 2) and dict(total.errors) == {"503": 2, "507": 1}
+
+
+def soak_result(workers_mb, errors=0):
+    points = tuple(Point(5.0 * i, 10.0, 50.0, 0, MappingProxyType({"frontend": 200.0, "workers": mb}))
+                   for i, mb in enumerate(workers_mb))
+    traffic = Traffic(100, 100, 100 - errors, MappingProxyType({"500": errors} if errors else {}))
+    return SoakResult("m", 10.0, 7.0, 1.0, points, 2, traffic, 50.0)
+
+
+def test_soak_growth_compares_after_warm_up_with_the_end():
+    flat = soak_result([300, 350, 400, 400, 401, 399, 400, 400, 402, 401])  # warm-up growth is ignored
+    assert flat.growth_pct("workers") == pytest.approx(0.375) and flat.passed  # 400 -> 401.5
+    leaking = soak_result([400, 400, 400, 410, 420, 430, 440, 450, 460, 470])  # 405 -> 465
+    assert leaking.growth_pct("workers") > 5 and not leaking.passed
+    assert any("workers RSS grew" in p for p in leaking.problems)
+    assert any("not every request" in p for p in soak_result([400] * 10, errors=1).problems)
+
+
+def overload_result(**changes):
+    values = dict(model="m", capacity_rps=10.0, offered_rps=30.0, seconds=15.0, job_queue_size=16,
+                  traffic=Traffic(450, 450, 150, MappingProxyType({"503": 300})), p99_ok_ms=2000.0,
+                  p99_bound_ms=p99_bound_ms(16, 8, 10.0), rss_before=MappingProxyType({"frontend": 100, "workers": 100}),
+                  rss_peak=MappingProxyType({"frontend": 120, "workers": 110}), healthy_after=())
+    values.update(changes)
+    return OverloadResult(**values)
+
+
+def test_overload_verdicts():
+    assert p99_bound_ms(16, 8, 10.0) == pytest.approx(1000 * (2 * 32 / 10 + 0.5))
+    assert overload_result().passed and overload_result().rejected_503 == 300
+    no_503 = overload_result(traffic=Traffic(450, 450, 450))
+    assert any("never filled" in p for p in no_503.problems)
+    assert any("over the bound" in p for p in overload_result(p99_ok_ms=60_000.0).problems)
+    assert any("workers RSS grew" in p for p in overload_result(rss_peak=MappingProxyType({"frontend": 100, "workers": 200})).problems)
+    assert any("no answer" in p for p in overload_result(traffic=Traffic(451, 450, 150, MappingProxyType({"503": 300}))).problems)
+    assert overload_result(healthy_after=("queue not drained",)).problems == ("queue not drained",)
+
+
+def test_kill_verdicts():
+    good = KillResult("m", 11, (12,), 8.0, 8.5, Traffic(40, 40, 36, MappingProxyType({"507": 4})), 0)
+    assert good.passed
+    assert not KillResult("m", 11, (12,), None, None, Traffic(40, 40, 36), 0).passed
+    assert not KillResult("m", 11, (12,), 8.0, 8.5, Traffic(41, 40, 36), 0).passed  # one request vanished
+    assert not KillResult("m", 11, (12,), 8.0, 8.5, Traffic(40, 40, 36), 2).passed
+
+
+def test_corpus_groups_mix_invalid_and_valid_and_cover_every_case():
+    corpus = handler_cases()
+    groups = mixed_groups(corpus, IMAGE_MODEL, 2)
+    sent = {c for g in groups for c in g}
+    assert sent == {c for c in corpus if c.model == IMAGE_MODEL}
+    assert all(any(c.valid for c in g) for g in groups)
+    assert sum(any(not c.valid for c in g) for g in groups) >= len(groups) - 1
+
+
+def test_table_lists_every_row_with_a_verdict():
+    findings = Findings(kill=KillResult("m", 11, (12,), 8.0, 8.5, Traffic(40, 40, 36), 0), errors=("soak: boom",))
+    text = table(findings.rows())
+    assert "faults injected / survived" in text and "1 / 1" in text
+    assert "requests sent / answered / lost" in text and "40 / 40 / 0" in text
+    assert "could not run" in text and "FAIL" in text and not findings.passed
