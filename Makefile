@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 JAVA_HINT := sudo apt-get install -y openjdk-17-jre-headless
 
-.PHONY: help venv java-check build serve stop test test-unit test-e2e bench tune clean
+.PHONY: help venv java-check build serve stop test test-unit test-e2e bench tune reliability clean
 
 help:
 	@echo "make serve      build the archives, start TorchServe on 127.0.0.1:8080-8082, print curl lines"
@@ -21,6 +21,8 @@ help:
 	@echo "make tune       search batchSize/maxBatchDelay/workers per model, write config.properties, verify"
 	@echo "                [MODEL=<name>] [ARGS=\"--slo-ms 80 ...\"]  (python -m benchmarks.tune --help)"
 	@echo "make bench MODEL=<name> [ARGS='--window-s 3 ...']  ours vs stock baseline vs in-process limit (benchmarks/reports/)"
+	@echo "make reliability  bad input, worker kill, broken archives, overload, short soak, auth: one table"
+	@echo "                [ARGS=\"--soak-minutes 10\"]  (python -m benchmarks.reliability --help)"
 	@echo "make venv       (re)install .venv when requirements*.txt change;  make clean"
 
 # The stamp is newer than both requirement files once they are installed; pip's wheel sources come
@@ -81,6 +83,12 @@ bench: build java-check
 # config.properties with a provenance record, then restarts TorchServe from it to verify.
 tune: build java-check
 	$(PY) -m benchmarks.tune $(if $(MODEL),--model $(MODEL)) $(ARGS)
+
+# Reliability and security on real servers (own ports and temp dirs): the bad-input corpus, a worker
+# SIGKILLed under load, broken archives, 3x overload on a small job queue, a short soak, token auth
+# and limits; prints one table (benchmarks/reports/reliability-*/). Long soak: python -m benchmarks.soak
+reliability: build java-check
+	$(PY) -m benchmarks.reliability $(ARGS)
 
 clean:
 	rm -rf logs key_file.json .pytest_cache model_store/*.mar model_store/.build-state.json
