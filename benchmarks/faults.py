@@ -30,7 +30,7 @@ import yaml
 
 from benchmarks.errors import ReliabilityError
 from benchmarks.launcher import REPO_ROOT, TorchServe
-from benchmarks.traffic import ClosedLoop, Traffic, payloads, say, target
+from benchmarks.traffic import ClosedLoop, Traffic, others_meter, payloads, say, target
 
 RECOVERY_LIMIT_S = 180.0
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT")
@@ -45,6 +45,7 @@ class KillResult:
     first_ok_after_kill_s: Optional[float]  # SIGKILL -> the next successful answer
     traffic: Traffic
     failed_after_recovery: int  # requests sent once the new worker was READY that did not succeed
+    others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
 
     @property
     def problems(self) -> Tuple[str, ...]:
@@ -67,7 +68,8 @@ class KillResult:
         rec = "never" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
         first = "never" if self.first_ok_after_kill_s is None else f"{self.first_ok_after_kill_s:.1f} s"
         return (f"SIGKILL {self.model} worker {self.killed_pid}: READY again after {rec}, first success "
-                f"after {first}; {self.traffic.describe()}; {self.failed_after_recovery} failed after recovery")
+                f"after {first}; {self.traffic.describe()}; {self.failed_after_recovery} failed after recovery; "
+                f"other processes used {self.others_cpu_pct:.0f}% CPU meanwhile")
 
 
 def _ready_replacement(ts: TorchServe, model: str, killed: int) -> Tuple[int, ...]:
@@ -82,6 +84,7 @@ def kill_worker_under_load(ts: TorchServe, model: str, concurrency: int = 4, bef
     """SIGKILL the model's first worker `before_s` into a closed-loop load; keep the load on until
     `after_s` after the replacement is READY."""
     (victim, *_) = ts.worker_pids(model)
+    others = others_meter(ts)
     with ClosedLoop(target(ts, model, timeout_s), payloads(model), concurrency,
                     max_seconds=before_s + RECOVERY_LIMIT_S + after_s + 5) as load:
         time.sleep(before_s)
@@ -103,7 +106,7 @@ def kill_worker_under_load(ts: TorchServe, model: str, concurrency: int = 4, bef
     late_failures = 0 if recovered_at is None else sum(1 for s in samples if s.sent >= recovered_at and not s.ok)
     return KillResult(model, victim, tuple(pids) or ts.worker_pids(model),
                       None if recovered_at is None else recovered_at - killed_at,
-                      None if first_ok is None else first_ok - killed_at, traffic, late_failures)
+                      None if first_ok is None else first_ok - killed_at, traffic, late_failures, others())
 
 
 # ---- archives that cannot load ----------------------------------------------------------------

@@ -20,7 +20,8 @@ from typing import Mapping, Optional, Sequence, Tuple
 from benchmarks import loadgen, stats
 from benchmarks.launcher import REPO_ROOT, TorchServe
 from benchmarks.resources import FRONTEND, WORKERS
-from benchmarks.traffic import Traffic, batch_size, capacity, fixed_windows, payloads, rss_probe, say, target
+from benchmarks.traffic import (Traffic, batch_size, capacity, fixed_windows, others_meter, payloads, rss_probe, say,
+                                target)
 
 # Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the
 # overload at most this much above the RSS just before it, per process group.
@@ -41,6 +42,7 @@ class OverloadResult:
     rss_before: Mapping[str, int]
     rss_peak: Mapping[str, int]
     healthy_after: Tuple[str, ...]  # problems found after the overload (empty: healthy)
+    others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
 
     @property
     def rejected_503(self) -> int:
@@ -80,7 +82,8 @@ class OverloadResult:
                 f"({self.offered_rps / self.capacity_rps:.1f}x capacity {self.capacity_rps:.1f} req/s, "
                 f"job queue {self.job_queue_size}): {self.traffic.describe()}; {self.rejected_503} x 503; "
                 f"accepted p99 {p99} (bound {self.p99_bound_ms:.0f} ms); peak RSS {rss}; "
-                f"healthy after: {'yes' if not self.healthy_after else 'NO'}")
+                f"healthy after: {'yes' if not self.healthy_after else 'NO'}; other processes used "
+                f"{self.others_cpu_pct:.0f}% CPU meanwhile")
 
 
 def p99_bound_ms(job_queue_size: int, batch: int, capacity_rps: float) -> float:
@@ -100,6 +103,7 @@ def overload(ts: TorchServe, model: str, capacity_rps: float, factor: float = 3.
     windows = max(1, round(seconds / window_s))
     say(f"overload {model}: {rate:.0f} req/s ({factor:g}x capacity) for {windows * window_s:.0f} s, "
         f"job queue {job_queue_size}")
+    others = others_meter(ts)
     run = loadgen.open_loop(target(ts, model, timeout_s=60.0), payloads(model), rate, fixed_windows(windows),
                             window_s, connections=connections, drain_s=DRAIN_S, probe=probe,
                             progress=lambda line: say(line.strip()))
@@ -108,7 +112,7 @@ def overload(ts: TorchServe, model: str, capacity_rps: float, factor: float = 3.
     return OverloadResult(
         model, capacity_rps, rate, windows * window_s, job_queue_size, Traffic.of(run.samples),
         None if latency is None else latency.p99_ms, p99_bound_ms(job_queue_size, batch, capacity_rps),
-        MappingProxyType(dict(rss_before)), MappingProxyType(peak), health_after(ts, model, pids, batch),
+        MappingProxyType(dict(rss_before)), MappingProxyType(peak), health_after(ts, model, pids, batch), others(),
     )
 
 

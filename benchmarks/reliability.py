@@ -32,7 +32,7 @@ IMAGE, TEXT = "efficientnet_lite0", "minilm"
 class Row:
     measure: str
     value: str
-    passed: bool
+    passed: Optional[bool]  # None: for information
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,11 @@ class Findings:
             rows += [Row("soak requests ok", f"{s.traffic.ok}/{s.traffic.sent} in {s.minutes:g} min", s.passed),
                      Row("soak RSS growth (frontend, workers)",
                          f"{s.growth_text('frontend')}, {s.growth_text('workers')}", s.passed)]
+        noise = [(name, r.others_cpu_pct) for name, r in (("kill", self.kill), ("overload", self.overload),
+                                                          ("soak", self.soak)) if r is not None]
+        if noise:
+            rows.append(Row("CPU used by other processes (% of a core)",
+                            ", ".join(f"{name} {pct:.0f}%" for name, pct in noise), None))
         if self.checks:
             rows.append(Row("security checks passed", f"{sum(c.passed for c in self.checks)}/{len(self.checks)}",
                             all(c.passed for c in self.checks)))
@@ -104,7 +109,8 @@ def table(rows: Sequence[Row]) -> str:
     width = max(len(r.measure) for r in rows)
     vwidth = max(len(r.value) for r in rows)
     lines = [f"{'measure':<{width}}  {'value':<{vwidth}}  verdict", "-" * (width + vwidth + 11)]
-    lines += [f"{r.measure:<{width}}  {r.value:<{vwidth}}  {'ok' if r.passed else 'FAIL'}" for r in rows]
+    verdicts = {True: "ok", False: "FAIL", None: "info"}
+    lines += [f"{r.measure:<{width}}  {r.value:<{vwidth}}  {verdicts[r.passed]}" for r in rows]
     return "\n".join(lines)
 
 

@@ -23,7 +23,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 from benchmarks import loadgen, stats
 from benchmarks.launcher import REPO_ROOT, TorchServe
 from benchmarks.resources import FRONTEND, WORKERS
-from benchmarks.traffic import Traffic, capacity, fixed_windows, payloads, rss_probe, say, target
+from benchmarks.traffic import Traffic, capacity, fixed_windows, others_meter, payloads, rss_probe, say, target
 
 GROWTH_LIMIT_PCT = 5.0
 GROUPS = (FRONTEND, WORKERS)
@@ -51,6 +51,7 @@ class SoakResult:
     warmup_points: int  # the first points are the warm-up: not part of the growth
     traffic: Traffic
     p99_ms: Optional[float]  # over the whole run
+    others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
 
     def growth_pct(self, group: str) -> Optional[float]:
         """The RSS floor of the last third of the measured readings over that of the first third.
@@ -86,7 +87,8 @@ class SoakResult:
         p99 = "-" if self.p99_ms is None else f"{self.p99_ms:.0f} ms"
         return (f"soak {self.model}: {self.minutes:g} min at {self.rate_rps:.1f} req/s "
                 f"({self.rate_rps / self.capacity_rps:.0%} of {self.capacity_rps:.1f} req/s): "
-                f"{self.traffic.describe()}; p99 {p99}; RSS growth {growth}")
+                f"{self.traffic.describe()}; p99 {p99}; RSS growth {growth}; other processes used "
+                f"{self.others_cpu_pct:.0f}% CPU meanwhile")
 
     def growth_text(self, group: str) -> str:
         growth = self.growth_pct(group)
@@ -96,6 +98,7 @@ class SoakResult:
         return {
             "model": self.model, "capacity_rps": self.capacity_rps, "rate_rps": self.rate_rps,
             "minutes": self.minutes, "warmup_points": self.warmup_points, "p99_ms": self.p99_ms,
+            "others_cpu_pct": self.others_cpu_pct,
             "traffic": {"sent": self.traffic.sent, "answered": self.traffic.answered, "ok": self.traffic.ok,
                         "lost": self.traffic.lost, "errors": dict(self.traffic.errors)},
             "rss_growth_pct": {g: self.growth_pct(g) for g in GROUPS}, "growth_limit_pct": GROWTH_LIMIT_PCT,
@@ -113,6 +116,7 @@ def soak(ts: TorchServe, model: str, minutes: float, capacity_rps: float, fracti
     rate = fraction * capacity_rps
     say(f"soak {model}: {rate:.1f} req/s ({fraction:.0%} of capacity), {warmup * window_s:g} s warm-up then "
         f"{windows * window_s / 60:g} min, {window_s:g} s windows")
+    others = others_meter(ts)
     run = loadgen.open_loop(target(ts, model), payloads(model), rate, fixed_windows(windows, warmup), window_s,
                             connections=32, probe=rss_probe(ts, ts.list_models()),
                             progress=lambda line: say(line.strip()))
@@ -124,7 +128,7 @@ def soak(ts: TorchServe, model: str, minutes: float, capacity_rps: float, fracti
     )
     latency = stats.summarize(s.latency for s in run.samples if s.ok)
     return SoakResult(model, capacity_rps, rate, windows * window_s / 60, points, warmup, Traffic.of(run.samples),
-                      None if latency is None else latency.p99_ms)
+                      None if latency is None else latency.p99_ms, others())
 
 
 def write_report(result: SoakResult, out_dir: Path) -> Path:

@@ -5,7 +5,9 @@ open loop) and its arithmetic (benchmarks.stats). Adds what the checks need on t
 - `Traffic`: sent / answered / ok / lost (no HTTP answer within the timeout, or never came back);
 - `ClosedLoop`: clients in background threads that a check starts, injects a fault under, and stops;
 - `capacity`: the closed-loop throughput a model sustains, which the overload and soak scale from;
-- `rss_probe`: resident memory of the frontend and of the workers, for the load generator's probe.
+- `rss_probe`: resident memory of the frontend and of the workers, for the load generator's probe;
+- `others_meter`: the CPU every other process on the machine used meanwhile (a shared machine's
+  noise: figures taken while it is high say more about the neighbours than about the server).
 Everything is bounded: runs end after a fixed number of windows, requests after their timeout.
 """
 
@@ -21,7 +23,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 from benchmarks import loadgen, stats
 from benchmarks.errors import ReliabilityError
 from benchmarks.launcher import TorchServe
-from benchmarks.resources import FRONTEND, WORKERS, ProcessGroups
+from benchmarks.resources import FRONTEND, OTHERS, WORKERS, ProcessGroups, usage
 from benchmarks.stats import NO_RESPONSE, Sample, StabilityRule
 
 REQUEST_TIMEOUT_S = 60.0
@@ -107,6 +109,15 @@ def rss_probe(ts: TorchServe, models: Sequence[str]) -> Callable[[], Mapping[str
         return {FRONTEND: reading.rss_bytes[FRONTEND], WORKERS: reading.rss_bytes[WORKERS]}
 
     return probe
+
+
+def others_meter(ts: TorchServe) -> Callable[[], float]:
+    """Start measuring; the returned function gives the CPU (% of one core) that processes other
+    than the server and this generator used since."""
+    pids = [pid for model in ts.list_models() for pid in ts.worker_pids(model)]
+    groups = ProcessGroups.for_server(ts.java_pid, pids)
+    before = groups.read()
+    return lambda: usage(before, groups.read())[OTHERS].cpu_pct
 
 
 class ClosedLoop:
