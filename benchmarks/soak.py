@@ -7,6 +7,11 @@ read. Checked: zero errors over the whole run, and RSS growth under 5% per group
 the measured part to its end (the RSS floor of its first and last thirds). Writes a small report (JSON, and a
 PNG of RSS and p99 over time) under benchmarks/reports/soak-<time>/.
 
+The soak's server pre-touches the JVM's initial heap (`-XX:+AlwaysPreTouch`, added to its vmargs;
+see `pretouch_vmargs`): otherwise the frontend's RSS keeps rising for minutes at low request rates
+as the JVM faults in heap pages it reserved at start, which is neither growth nor a leak. With it,
+RSS moves only when the footprint does (heap expansion, direct buffers, threads).
+
     python -m benchmarks.soak --minutes 10      # the default; `make reliability` runs a short one
 """
 
@@ -20,12 +25,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Optional, Sequence, Tuple
 
-from benchmarks import loadgen, stats
-from benchmarks.launcher import REPO_ROOT, TorchServe
+from benchmarks import loadgen, properties, stats
+from benchmarks.launcher import DEFAULT_CONFIG, REPO_ROOT, TorchServe
 from benchmarks.resources import FRONTEND, WORKERS
 from benchmarks.traffic import Traffic, capacity, fixed_windows, others_meter, payloads, rss_probe, say, target
 
 GROWTH_LIMIT_PCT = 5.0
+PRETOUCH = "-XX:+AlwaysPreTouch"
 GROUPS = (FRONTEND, WORKERS)
 REPORTS = REPO_ROOT / "benchmarks" / "reports"
 
@@ -108,6 +114,12 @@ class SoakResult:
         }
 
 
+def pretouch_vmargs(config_path: Path = DEFAULT_CONFIG) -> Mapping[str, str]:
+    """extra_properties for the soak's server: its config's vmargs plus the heap pre-touch."""
+    current = properties.read(config_path).get("vmargs", "")
+    return {"vmargs": current if PRETOUCH in current else f"{current} {PRETOUCH}".strip()}
+
+
 def soak(ts: TorchServe, model: str, minutes: float, capacity_rps: float, fraction: float = 0.7,
          window_s: Optional[float] = None, warmup_s: Optional[float] = None) -> SoakResult:
     window_s = window_s or (10.0 if minutes >= 5 else 5.0)
@@ -177,7 +189,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="report folder (default benchmarks/reports/soak-<time>)")
     args = parser.parse_args(argv)
     out = args.out or REPORTS / time.strftime("soak-%Y%m%d-%H%M%S")
-    with TorchServe(args.model_store) as ts:
+    with TorchServe(args.model_store, extra_properties=pretouch_vmargs()) as ts:
         result = soak(ts, args.model, args.minutes, capacity(ts, args.model), args.fraction, args.window_s,
                       args.warmup_s)
     write_report(result, out)

@@ -89,3 +89,13 @@ def test_table_lists_every_row_with_a_verdict():
     assert "faults injected / survived" in text and "1 / 1" in text
     assert "requests sent / answered / lost" in text and "40 / 40 / 0" in text
     assert "could not run" in text and "FAIL" in text and not findings.passed
+
+
+def test_soak_server_keeps_the_configs_vmargs_and_adds_the_heap_pretouch(tmp_path):
+    from benchmarks.soak import pretouch_vmargs
+
+    config = tmp_path / "config.properties"
+    config.write_text("vmargs=-Xmx1g\n")
+    assert pretouch_vmargs(config) == {"vmargs": "-Xmx1g -XX:+AlwaysPreTouch"}
+    config.write_text("inference_address=http://127.0.0.1:8080\n")
+    assert pretouch_vmargs(config) == {"vmargs": "-XX:+AlwaysPreTouch"}
