@@ -28,7 +28,7 @@ from benchmarks import properties
 from benchmarks.ts_config import ModelSettings
 from benchmarks.tune_errors import ConfigWriteError
 
-HEADER = "# Tuner provenance (python -m benchmarks.tune): one line per tuned model, for its values in models= below."
+HEADER = "# Tuner provenance (python -m benchmarks.tune): one record per tuned model, for its values in models= below."
 RECORD_PREFIX = "# tuned "
 RECORD_MORE = "#   "  # the record's further lines
 # TorchServe's own rule for model names, and what keeps the stanza free of properties escapes.
@@ -247,7 +247,8 @@ def check_archives(archives: Mapping[str, Path]) -> None:
         raise ConfigWriteError(
             "refusing to write config.properties: " + "; ".join(problems) + ". TorchServe lets an archive's "
             "model-config.yaml override config.properties, so the tuned values would not take effect. Remove these "
-            "keys from the archive (catalogue.yaml settings are for the handler section only), rebuild, and tune again.")
+            "keys from the archive (catalogue.yaml settings are for the handler section only), rebuild, and tune "
+            "again.")
 
 
 def write_config(path: Path, updates: Sequence[Update], records: Sequence[Provenance] = (),

@@ -2,9 +2,13 @@
 
 - Batch service time, per intra-op thread count: s(b) ~ a + c*b milliseconds, fitted to a few
   in-process measurements of the whole handler (decode, forward, post-process).
-- Served calibration, per worker count: a factor on s(b) that makes the prediction match what
-  the real server sustained. It absorbs what in-process runs cannot see: the Java frontend, the
-  load generator and the worker IPC sharing the same cores, and workers contending for memory.
+- Served overhead, per worker count: time a served batch takes on top of s(b), fitted as
+  o_batch + o_request*b to what the real servers sustained. It holds what in-process runs cannot
+  see: the worker's IPC and request (de)serialisation, the Java frontend and the load generator
+  taking CPU from the same 2 cores, and the handler itself slowed by that contention. Additive on
+  purpose: measured here, most of it is per batch or per request, so batching amortises the first
+  part; a factor on s(b) instead would make every batch look slower and hide batching from the
+  search after one measurement at batch size 1.
 - Prediction: the highest Poisson rate whose p99 stays within the SLO, from a small simulation
   of TorchServe's batching rather than a closed formula, because the batch delay matters in a
   non-linear way: a batch of b fills within the delay only when rate x delay reaches b, and under
@@ -38,7 +42,8 @@ SIM_SEED = 20261121
 DEFAULT_OVERHEAD_MS = 2.0
 # Run-to-run variation of one batch's service time (decode sizes differ, caches, the scheduler).
 SERVICE_CV = 0.10
-SCALE_BOUNDS = (0.25, 20.0)
+# A served batch is never assumed faster than this share of its in-process time.
+MIN_SERVED_SHARE = 0.3
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,16 @@ class LinearServiceTime:
             c = max(sum(b * s for b, s in points) / sum(b * b for b, _ in points), 1e-6)
             a = 0.0 if a < 0 else max(mean_s - c * mean_b, 0.0)
         return cls(a, c)
+
+    @classmethod
+    def fit_signed(cls, points: Sequence[Tuple[float, float]]) -> "LinearServiceTime":
+        """Plain least squares, any signs (for differences, not for service times)."""
+        n = len(points)
+        mean_b = sum(b for b, _ in points) / n
+        mean_s = sum(s for _, s in points) / n
+        var = sum((b - mean_b) ** 2 for b, _ in points)
+        c = sum((b - mean_b) * (s - mean_s) for b, s in points) / var if var > 0 else 0.0
+        return cls(mean_s - c * mean_b, c)
 
     def to_json(self) -> dict:
         return {"a_ms": round(self.a_ms, 4), "c_ms": round(self.c_ms, 4)}
@@ -205,11 +220,37 @@ def max_rate_within(service_ms: Callable[[int], float], candidate: Candidate, sl
 
 
 @dataclass(frozen=True)
+class Overhead:
+    """Served time on top of s(b): o_batch + o_request * batch size (ms)."""
+
+    per_batch_ms: float = 0.0
+    per_request_ms: float = 0.0
+
+    def __call__(self, batch_size: int) -> float:
+        return self.per_batch_ms + self.per_request_ms * batch_size
+
+    @classmethod
+    def fit(cls, observations: Sequence[Tuple[float, float]]) -> "Overhead":
+        """(mean batch size, extra ms per batch) pairs -> a line; one size alone: all per batch
+        (the optimistic reading for larger batches, so that the search goes and measures one)."""
+        sizes = {round(b, 3) for b, _ in observations}
+        if len(sizes) == 1:
+            return cls(sum(e for _, e in observations) / len(observations), 0.0)
+        line = LinearServiceTime.fit_signed(observations)
+        if line.c_ms < 0:  # extra time shrinking with the batch size: noise; keep the mean
+            return cls(sum(e for _, e in observations) / len(observations), 0.0)
+        return cls(line.a_ms, line.c_ms)
+
+    def to_json(self) -> dict:
+        return {"per_batch_ms": round(self.per_batch_ms, 3), "per_request_ms": round(self.per_request_ms, 3)}
+
+
+@dataclass(frozen=True)
 class ServiceModel:
-    """Service time per thread count, times a served calibration factor per worker count."""
+    """Service time per thread count, plus the served overhead per worker count."""
 
     by_threads: Mapping[int, LinearServiceTime]
-    scale_by_workers: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
+    overhead_by_workers: Mapping[int, Overhead] = field(default_factory=lambda: MappingProxyType({}))
     overhead_ms: float = DEFAULT_OVERHEAD_MS
 
     @classmethod
@@ -222,52 +263,51 @@ class ServiceModel:
         fits = {t: LinearServiceTime.fit(pts) for t, pts in sorted(grouped.items())}
         return cls(MappingProxyType(fits), MappingProxyType({}), overhead_ms)
 
-    def scale(self, workers: int) -> float:
-        """This worker count's factor. An unmeasured worker count is given the benefit of the doubt
-        (1, or a smaller factor measured elsewhere): what slows one worker count down (threads
-        collapsing next to the frontend, say) need not slow another, and an optimistic prediction
-        gets a candidate measured, where a pessimistic one would hide it for good."""
-        if workers in self.scale_by_workers:
-            return self.scale_by_workers[workers]
-        return min([1.0, *self.scale_by_workers.values()])
+    def overhead(self, workers: int) -> Overhead:
+        """This worker count's overhead; none while it is unmeasured. Borrowing another worker
+        count's would carry over what is specific to it (two threads collapsing next to the
+        frontend, say), and a pessimistic prediction hides a candidate for good, where an
+        optimistic one only costs its measurement."""
+        return self.overhead_by_workers.get(workers, Overhead())
 
-    def service(self, candidate: Candidate, scale: Optional[float] = None) -> Callable[[int], float]:
+    def service(self, candidate: Candidate, extra: Optional[Callable[[int], float]] = None) -> Callable[[int], float]:
         if candidate.threads not in self.by_threads:
             raise TuneError(f"no service-time fit for {candidate.threads} threads (fitted: {sorted(self.by_threads)})")
         base = self.by_threads[candidate.threads]
-        factor = self.scale(candidate.workers) if scale is None else scale
-        return lambda b: base(b) * factor
+        more = self.overhead(candidate.workers) if extra is None else extra
+        return lambda b: max(base(b) + more(b), MIN_SERVED_SHARE * base(b))
 
     def predict(self, candidate: Candidate, slo_ms: float) -> Prediction:
         return max_rate_within(self.service(candidate), candidate, slo_ms, self.overhead_ms)
 
-    def scale_matching(self, candidate: Candidate, slo_ms: float, measured_rps: float) -> float:
-        """The factor on s(b) with which this candidate's predicted rate equals the measured one."""
-        low, high = SCALE_BOUNDS
-        if measured_rps <= 0:
+    def extra_matching(self, candidate: Candidate, slo_ms: float, measured_rps: float) -> float:
+        """The extra ms per batch (on top of s(b), for this candidate alone) with which its
+        predicted rate equals the measured one."""
+        base = self.by_threads[candidate.threads](candidate.batch_size)
+        low, high = -base, 20.0 * base + 200.0
+
+        def rate(extra: float) -> float:
+            service = self.service(candidate, lambda b: extra)
+            return max_rate_within(service, candidate, slo_ms, self.overhead_ms).rate_rps
+
+        if measured_rps <= 0 or rate(high) >= measured_rps:
             return high
-
-        def rate(factor: float) -> float:
-            return max_rate_within(self.service(candidate, factor), candidate, slo_ms, self.overhead_ms).rate_rps
-
         if rate(low) <= measured_rps:
             return low
-        if rate(high) >= measured_rps:
-            return high
-        while high / low > 1.02:  # predicted rate falls as the factor grows
-            mid = math.sqrt(low * high)
+        while high - low > max(0.25, 0.01 * base):  # predicted rate falls as the extra grows
+            mid = (low + high) / 2.0
             if rate(mid) >= measured_rps:
                 low = mid
             else:
                 high = mid
-        return math.sqrt(low * high)
+        return (low + high) / 2.0
 
-    def calibrated(self, factors: Mapping[int, Sequence[float]]) -> "ServiceModel":
-        """Workers -> the factors matched on that many workers' measured candidates (geometric mean)."""
-        scale = {w: math.exp(sum(math.log(f) for f in fs) / len(fs)) for w, fs in factors.items() if fs}
-        return replace(self, scale_by_workers=MappingProxyType(scale))
+    def calibrated(self, observations: Mapping[int, Sequence[Tuple[float, float]]]) -> "ServiceModel":
+        """Workers -> (mean batch size, extra ms) pairs from that many workers' measured candidates."""
+        fitted = {w: Overhead.fit(obs) for w, obs in observations.items() if obs}
+        return replace(self, overhead_by_workers=MappingProxyType(fitted))
 
     def to_json(self) -> dict:
         return {"service_ms_by_threads": {str(t): f.to_json() for t, f in self.by_threads.items()},
-                "scale_by_workers": {str(w): round(s, 4) for w, s in self.scale_by_workers.items()},
-                "overhead_ms": self.overhead_ms}
+                "served_overhead_by_workers": {str(w): o.to_json() for w, o in self.overhead_by_workers.items()},
+                "latency_overhead_ms": self.overhead_ms}

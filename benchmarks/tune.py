@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from benchmarks import processes
 from benchmarks.errors import LauncherError
 from benchmarks.stats import StabilityRule
 from benchmarks.tune_errors import TuneError
@@ -71,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--patience", type=int, default=2, help="stop after this many candidates without gain")
     g.add_argument("--rate-step", type=float, default=1.25, help="rate factor while bracketing the SLO")
     g.add_argument("--rate-resolution", type=float, default=1.06, help="bracket ratio at which a rate search stops")
-    g.add_argument("--max-points", type=int, default=5, help="open-loop points per candidate at most")
+    g.add_argument("--max-points", type=int, default=6, help="open-loop points per candidate at most")
     g.add_argument("--fit-seconds", type=float, default=1.5, help="in-process time per (threads, batch size)")
     g.add_argument("--grid", action="store_true", help="also measure every candidate (model-free), to compare")
     g = p.add_argument_group("load (one open-loop point)")
@@ -81,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stability-pct", type=float, default=15.0)
     g.add_argument("--warmup-s", type=float, default=3.0, help="unmeasured load after each server start")
     g.add_argument("--connections", type=int, default=64)
+    g.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                   help="before the fit and each server start, wait up to this long for no other TorchServe and "
+                        "CPU under 20%% (shared machines)")
     g = p.add_argument_group("steps")
     g.add_argument("--no-defaults", action="store_true", help="skip measuring TorchServe's defaults")
     g.add_argument("--no-write", action="store_true", help="leave config.properties alone")
@@ -170,7 +174,7 @@ def tune_model(cfg: TuneConfig) -> int:
     from benchmarks.environment import describe_environment
     from benchmarks.service_model import FitPoint, ServiceModel
     from benchmarks.tune_checkpoint import Checkpoint
-    from benchmarks.tune_measure import ServedMeasurer, inprocess_fit, machine_conditions
+    from benchmarks.tune_measure import ServedMeasurer, inprocess_fit, machine_conditions, wait_for_quiet
     from benchmarks.tune_outcome import build_report, print_summary, write_and_verify
     from benchmarks.tune_search import evaluate, grid, search
     from benchmarks.tune_space import torchserve_defaults
@@ -197,12 +201,18 @@ def tune_model(cfg: TuneConfig) -> int:
 
     defaults = torchserve_defaults(space.cores)
     threads = sorted(set(space.thread_counts) | (set() if cfg.no_defaults else {defaults.threads}))
-    fit = checkpoint.fit(lambda: inprocess_fit(cfg.model, threads, space.max_batch_size, slo, cfg.fit_seconds,
-                                               progress))
+    def measure_fit() -> dict:
+        if cfg.wait_quiet > 0:
+            wait_for_quiet(cfg.wait_quiet, progress)
+        return inprocess_fit(cfg.model, threads, space.max_batch_size, slo, cfg.fit_seconds, progress,
+                             cfg.wait_quiet)
+
+    fit = checkpoint.fit(measure_fit)
     service = ServiceModel.fit(FitPoint.from_json(p) for p in fit["points"])
     rates = cfg.search_settings.rates
     defaults_result = grid_results = None
-    with ServedMeasurer(cfg.model, store, config, cfg.load, progress=progress) as measurer:
+    with ServedMeasurer(cfg.model, store, config, cfg.load, progress=progress,
+                        wait_quiet_s=cfg.wait_quiet) as measurer:
         if not cfg.no_defaults:
             predicted = service.predict(defaults, slo)
             progress(f"TorchServe defaults: {defaults.label} (predicted {predicted.rate_rps:.1f} req/s)")
@@ -229,6 +239,8 @@ def tune_model(cfg: TuneConfig) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    # SIGTERM unwinds like Ctrl-C: every server is stopped and the checkpoint is already on disk.
+    processes.sigterm_as_interrupt()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     try:

@@ -45,6 +45,7 @@ class Point:
     mean_batch: Optional[float] = None
     stable: bool = True
     warnings: Tuple[str, ...] = ()
+    others_cpu_pct: Optional[float] = None  # CPU other processes used meanwhile (100 = one core)
 
     def passes(self, slo_ms: float) -> bool:
         return (self.p99_ms is not None and self.p99_ms <= slo_ms and self.errors == 0
@@ -64,7 +65,7 @@ class Point:
 class RateSettings:
     step: float = 1.25  # first rate factor while no bracket is found (then 1.25^2, 1.25^3, ...)
     resolution: float = 1.06  # stop when failing rate / passing rate is at most this
-    max_points: int = 5
+    max_points: int = 6
     min_rps: float = 0.5
 
     def to_json(self) -> dict:
@@ -101,16 +102,21 @@ def find_max_rate(probe: Callable[[float], Point], start_rps: float, slo_ms: flo
             if high / low.rate_rps <= settings.resolution:
                 break
             rate = math.sqrt(low.rate_rps * high)
-        elif low is not None:
-            rate, step = rate * step, step * settings.step
-        else:
-            # Overloaded, the server still served close to its capacity: a rate within the SLO is
+            continue
+        # No bracket yet. Far from the SLO (p99 under half of it, or over twice it) the step grows
+        # with every move the same way; near it, steps stay small.
+        far = point.p99_ms is None or not slo_ms / 2 <= point.p99_ms <= 2 * slo_ms
+        step = step * settings.step if far and len(points) > 1 else settings.step
+        if low is not None:
+            rate *= step
+        elif 0 < point.achieved_rps < KEEP_UP * point.offered_rps:
+            # Overloaded, the server still served about its capacity: a rate within the SLO is
             # below that, so go there at once instead of stepping down from far above.
-            overloaded = point.achieved_rps < KEEP_UP * point.offered_rps and point.achieved_rps > 0
-            rate = min(rate / step, KEEP_UP * point.achieved_rps) if overloaded else rate / step
-            step *= settings.step
-            if rate < settings.min_rps:
-                break
+            rate = min(rate / settings.step, KEEP_UP * point.achieved_rps)
+        else:
+            rate /= step
+        if rate < settings.min_rps:
+            break
     return RateSearch(tuple(points), low)
 
 
@@ -198,15 +204,23 @@ def best_of(results: Sequence[CandidateResult]) -> Optional[CandidateResult]:
     return min(close, key=lambda r: (r.best.p99_ms, -r.throughput_rps))
 
 
-def _factor(model: ServiceModel, result: CandidateResult, slo_ms: float, rates: RateSettings) -> float:
-    """The calibration factor a measured candidate implies. With no passing rate at all, the lowest
-    failing one bounds the answer from above: a step under it is the estimate (a factor of
-    "infinitely slow" would condemn every candidate with that many workers on one bad start)."""
+def _observation(model: ServiceModel, result: CandidateResult, slo_ms: float,
+                 rates: RateSettings) -> Tuple[float, float]:
+    """What a measured candidate says about the served overhead: (mean batch size formed, extra
+    ms per batch). With no passing rate at all, the lowest failing one bounds the answer from
+    above, and a step under it is the estimate (an "infinitely slow" reading would condemn every
+    candidate with that many workers on one bad start)."""
     if result.best is not None:
-        return model.scale_matching(result.candidate, slo_ms, result.throughput_rps)
-    tried = [p.rate_rps for p in result.points]
-    estimate = min(tried) / rates.step if tried else 0.0
-    return model.scale_matching(result.candidate, slo_ms, estimate)
+        rps, size = result.throughput_rps, result.best.mean_batch
+    else:
+        tried = [p.rate_rps for p in result.points]
+        rps, size = (min(tried) / rates.step if tried else 0.0), None
+    extra = model.extra_matching(result.candidate, slo_ms, rps)
+    return (size or float(result.candidate.batch_size), extra)
+
+
+def _predicted(model: ServiceModel, result: CandidateResult, slo_ms: float) -> float:
+    return model.predict(result.candidate, slo_ms).rate_rps
 
 
 def _ranked(model: ServiceModel, candidates: Sequence[Candidate], slo_ms: float) -> List[Prediction]:
@@ -223,10 +237,11 @@ def search(candidates: Sequence[Candidate], model: ServiceModel, slo_ms: float, 
     gain = 1.0 + settings.min_gain_pct / 100.0
     in_space = {c.behaviour for c in candidates}
     results: List[CandidateResult] = []
-    factors: Dict[int, List[float]] = {}
+    base = model  # observations are always read against the uncalibrated model
+    observations: Dict[int, List[Tuple[float, float]]] = {}
     for known in prior:
-        factors.setdefault(known.candidate.workers, []).append(_factor(model, known, slo_ms, settings.rates))
-    model = model.calibrated(factors) if factors else model
+        observations.setdefault(known.candidate.workers, []).append(_observation(base, known, slo_ms, settings.rates))
+    model = base.calibrated(observations) if observations else base
     measured = {known.candidate.behaviour for known in prior}
     choosable = [known for known in prior if known.candidate.behaviour in in_space]
     stale = 0
@@ -245,9 +260,13 @@ def search(candidates: Sequence[Candidate], model: ServiceModel, slo_ms: float, 
             progress("no candidate is predicted to meet the SLO: measuring the highest-capacity one anyway")
         if not ranked or ranked[0].rate_rps <= 0:
             reason = "no unmeasured candidate is predicted to meet the SLO"
-        elif best is not None and ranked[0].rate_rps < best.throughput_rps * gain:
-            reason = (f"the best unmeasured prediction ({ranked[0].candidate.key}: {ranked[0].rate_rps:.1f} req/s) "
-                      f"is within {settings.min_gain_pct:g}% of the best measured ({best.throughput_rps:.1f} req/s)")
+        elif best is not None and ranked[0].rate_rps < _predicted(model, best, slo_ms) * gain:
+            # Predictions against a prediction: the calibrated model may still be biased as a whole
+            # (its rates all a little high, or low), but not in how candidates compare.
+            reason = (f"the best unmeasured candidate ({ranked[0].candidate.key}, predicted {ranked[0].rate_rps:.1f} "
+                      f"req/s) is predicted to gain less than {settings.min_gain_pct:g}% over the best measured "
+                      f"({best.candidate.key}: predicted {_predicted(model, best, slo_ms):.1f}, measured "
+                      f"{best.throughput_rps:.1f} req/s)")
         elif len(results) >= settings.max_candidates:
             reason = f"measured {len(results)} candidates (the maximum)"
         elif stale >= settings.patience:
@@ -264,12 +283,13 @@ def search(candidates: Sequence[Candidate], model: ServiceModel, slo_ms: float, 
         measured.add(nxt.candidate.behaviour)
         improved = best is None or result.throughput_rps > best.throughput_rps * gain
         stale = 0 if improved else stale + 1
-        factors.setdefault(nxt.candidate.workers, []).append(
-            _factor(model, result, slo_ms, settings.rates))
-        model = model.calibrated(factors)
+        observations.setdefault(nxt.candidate.workers, []).append(
+            _observation(base, result, slo_ms, settings.rates))
+        model = base.calibrated(observations)
+        overhead = model.overhead(nxt.candidate.workers)
         progress(f"candidate {len(results)}: {result.throughput_rps:.1f} req/s within the SLO "
-                 f"(predicted {nxt.rate_rps:.1f}); service-time factor for {nxt.candidate.workers} worker(s) "
-                 f"now {model.scale(nxt.candidate.workers):.2f}")
+                 f"(predicted {nxt.rate_rps:.1f}); served overhead with {nxt.candidate.workers} worker(s) now "
+                 f"{overhead.per_batch_ms:.1f} ms per batch + {overhead.per_request_ms:.1f} ms per request")
 
 
 def grid(candidates: Sequence[Candidate], slo_ms: float, measure: Measure, checkpoint: Checkpoint,

@@ -4,15 +4,16 @@ TorchServe is restarted from the written config.properties itself (through the l
 only moves the addresses to free ports), not from values the tuner passes in: this checks that
 the frontend reads the new stanza (GET /models/<name> shows the written batch size, delay and
 workers, and each worker logs the expected thread count), then re-runs the open loop at the
-tuned rate and confirms p99 <= SLO. One retry a search-resolution step lower is allowed, because
-a rate found at the edge of the SLO can fail a repeat by noise alone; the rate that passed is the
-one recorded.
+tuned rate and confirms p99 <= SLO. Two retries, each a search-resolution step lower, are
+allowed: a rate found at the edge of the SLO can fail a repeat by noise alone (p99 over 2-second
+windows varies by +-20% at the same rate here), and the search kept the best of several noisy
+passes. The rate that passed is the one recorded, next to the search's.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
@@ -22,6 +23,8 @@ from benchmarks.tune_space import Candidate
 
 Progress = Callable[[str], None]
 # GET /models/<name> field -> the candidate's value.
+RETRIES = 2
+VERIFY_WARMUP_S = 10.0
 CHECKED = {"batchSize": "batch_size", "maxBatchDelay": "max_batch_delay_ms", "minWorkers": "workers",
            "maxWorkers": "workers"}
 
@@ -51,7 +54,8 @@ class Verification:
             last = self.points[-1] if self.points else None
             p99 = "-" if last is None or last.p99_ms is None else f"{last.p99_ms:.1f} ms"
             return f"verification FAILED: p99 {p99} over the SLO at {last.rate_rps if last else 0:.1f} req/s"
-        return "verified" if self.confirmed is self.points[0] else "verified one step lower"
+        steps = self.points.index(self.confirmed)
+        return "verified" if steps == 0 else f"verified {steps} step{'s' if steps > 1 else ''} lower"
 
     def to_json(self) -> dict:
         return {"config": self.config, "described": self.described, "mismatches": list(self.mismatches),
@@ -65,17 +69,22 @@ class Verification:
 
 
 def verify(model: str, config: Path, model_store: Path, chosen: Candidate, rate_rps: float, slo_ms: float,
-           load: LoadSettings, progress: Progress = print, backoff: float = 1.06) -> Verification:
+           load: LoadSettings, progress: Progress = print, backoff: float = 1.06,
+           wait_quiet_s: float = 0.0) -> Verification:
     began = time.perf_counter()
     progress(f"verification: TorchServe from {config}, open loop at {rate_rps:.1f} req/s")
     points = []
-    with ServedMeasurer(model, model_store, config, load, progress=progress, from_file=True) as measurer:
+    # A longer warm-up than the search's: its points ran on a server that had served for a while.
+    load = replace(load, warmup_s=max(load.warmup_s, VERIFY_WARMUP_S))
+    with ServedMeasurer(model, model_store, config, load, progress=progress, from_file=True,
+                        wait_quiet_s=wait_quiet_s) as measurer:
         points.append(measurer.measure(chosen, rate_rps))  # starts the server on its first point
         described = measurer.server.describe(model)
         threads = tuple(measurer.worker_threads.get(chosen.key, ()))
-        if not points[-1].passes(slo_ms) and backoff > 1.0:
-            progress(f"verification: p99 over the SLO at {rate_rps:.1f} req/s; once more at {rate_rps / backoff:.1f}")
-            points.append(measurer.measure(chosen, rate_rps / backoff))
+        while not points[-1].passes(slo_ms) and backoff > 1.0 and len(points) <= RETRIES:
+            rate = rate_rps / backoff ** len(points)
+            progress(f"verification: p99 over the SLO at {points[-1].rate_rps:.1f} req/s; once more at {rate:.1f}")
+            points.append(measurer.measure(chosen, rate))
     wanted = chosen.to_json()
     mismatches = tuple(f"GET /models/{model} shows {field}={described.get(field)!r}, the file says {wanted[key]}"
                        for field, key in CHECKED.items() if described.get(field) != wanted[key])

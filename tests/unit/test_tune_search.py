@@ -20,36 +20,47 @@ pytestmark = pytest.mark.unit
 SLO_MS = 100.0
 # What the in-process fit believes: 2 threads make one worker much faster than 1 thread...
 FITTED = ServiceModel(MappingProxyType({1: LinearServiceTime(4.0, 9.0), 2: LinearServiceTime(4.0, 4.0)}))
-# ...while the served truth is otherwise: 2 threads next to the frontend collapse (x4), and two
-# 1-thread workers pay a little for sharing (x1.2). The optimum is therefore a 2-worker candidate
-# the first predictions do not rank first: the search has to learn it from measurements.
-TRUE_SCALE = {1: 4.0, 2: 1.2}
 SPACE = preset("reduced", cores=2)
+
+
+def collapsing(candidate: Candidate):
+    """Served truth 1: 2 threads next to the frontend collapse (x4); two 1-thread workers pay a
+    little for sharing (x1.2). The optimum is a 2-worker candidate the first predictions do not
+    rank first: the search has to learn it from measurements."""
+    scale = {1: 4.0, 2: 1.2}[candidate.workers]
+    return lambda b: scale * FITTED.by_threads[candidate.threads](b)
+
+
+def overheads(candidate: Candidate):
+    """Served truth 2: what this machine showed, roughly: every batch pays 3 ms of IPC and every
+    request 4 ms of frontend and generator CPU taken from the workers' cores."""
+    return lambda b: FITTED.by_threads[candidate.threads](b) + 3.0 + 4.0 * b / candidate.threads
 
 
 class SyntheticServer:
     """Measures a candidate at a rate with the batching simulation and the true service times."""
 
-    def __init__(self, fail_after: int = -1) -> None:
+    def __init__(self, truth=collapsing, fail_after: int = -1) -> None:
+        self.truth = truth
         self.calls = []
         self.fail_after = fail_after
 
     def __call__(self, candidate: Candidate, rate: float) -> Point:
         if len(self.calls) == self.fail_after:
             raise KeyboardInterrupt("simulated Ctrl-C")
+        first = not self.calls or self.calls[-1][0] != candidate.key
         self.calls.append((candidate.key, rate))
-        service = FITTED.service(candidate, TRUE_SCALE[candidate.workers])
+        service = self.truth(candidate)
         sim = simulate(service, candidate.workers, candidate.batch_size, candidate.max_batch_delay_ms, rate, seed=7)
         capacity = 1000.0 * candidate.workers * candidate.batch_size / service(candidate.batch_size)
         served = rate if sim.utilisation < 0.97 else min(rate, capacity) * 0.97  # overloaded: about its capacity
         return Point(candidate.key, rate, rate, served, sim.p99_ms / 2, sim.p99_ms, 0, seconds=10.0,
-                     overhead_s=15.0 if not self.calls or self.calls[-1][0] != candidate.key else 0.0,
-                     mean_batch=sim.mean_batch)
+                     overhead_s=15.0 if first else 0.0, mean_batch=sim.mean_batch)
 
 
-def true_best_rates(space: Space) -> dict:
+def true_best_rates(space: Space, truth=collapsing) -> dict:
     """Ground truth: every candidate's highest passing rate, found finely."""
-    server = SyntheticServer()
+    server = SyntheticServer(truth)
     fine = RateSettings(step=1.5, resolution=1.01, max_points=60)
     out = {}
     for c in space.candidates():
@@ -70,20 +81,25 @@ def test_first_prediction_is_misled(truth):
     assert ranked[0].workers == 1 and optimum.startswith("w2-")
 
 
-def test_search_finds_the_known_optimum_cheaply(truth):
-    server = SyntheticServer()
+@pytest.mark.parametrize("world", [collapsing, overheads])
+def test_search_finds_the_known_optimum_cheaply(world):
+    truth = true_best_rates(SPACE, world)
+    server = SyntheticServer(world)
     result = search(SPACE.candidates(), FITTED, SLO_MS, server, Checkpoint(None, {}), SearchSettings(),
                     progress=lambda _: None)
     optimum = max(truth.values())
     chosen = result.chosen.candidate.key
-    assert truth[chosen] >= 0.98 * optimum, (chosen, truth[chosen], optimum)
-    assert result.chosen.throughput_rps >= 0.94 * optimum  # within the rate search's resolution
+    # The optimum, up to near-ties: the top candidates lie within a few % of each other, and a
+    # rate is found to the search's 6% resolution (the issue's target for the search: >= 95%).
+    assert truth[chosen] >= 0.95 * optimum, (chosen, truth[chosen], optimum)
+    assert result.chosen.throughput_rps >= 0.9 * optimum
     assert len(result.results) <= len(SPACE.candidates()) // 3
-    assert result.model.scale(1) > 2.0 and 1.0 < result.model.scale(2) < 1.5  # it learned the truth
     # The exhaustive grid agrees and costs far more.
-    every = grid(SPACE.candidates(), SLO_MS, SyntheticServer(), Checkpoint(None, {}), progress=lambda _: None)
+    every = grid(SPACE.candidates(), SLO_MS, SyntheticServer(world), Checkpoint(None, {}), progress=lambda _: None)
     assert best_of(every).throughput_rps <= optimum * 1.01
     assert result.seconds < 0.15 * sum(r.seconds for r in every)
+    if world is collapsing:  # it learned the truth: 1 worker carries far more served overhead than 2
+        assert result.model.overhead(1)(4) > 3 * result.model.overhead(2)(4) > 0
 
 
 def test_defaults_as_prior_calibrate_and_can_win(truth):
@@ -99,8 +115,9 @@ def test_defaults_as_prior_calibrate_and_can_win(truth):
     assert all(r.candidate.behaviour != prior.candidate.behaviour for r in result.results[1:])  # not twice
     assert truth[result.chosen.candidate.key] >= 0.95 * max(truth.values())
     # The defaults alone calibrate 2 workers; 1 worker keeps the benefit of the doubt until measured.
-    only_prior = FITTED.calibrated({2: [1.2]})
-    assert only_prior.scale(2) == 1.2 and only_prior.scale(1) == 1.0
+    only_prior = FITTED.calibrated({2: [(1.0, 3.0)]})
+    assert only_prior.overhead(2)(4) == 3.0 and only_prior.overhead(1)(4) == 0.0
+    assert FITTED.overhead(1)(4) == 0.0
 
 
 def test_interrupted_search_resumes_without_measuring_twice(tmp_path):
@@ -124,7 +141,10 @@ def test_interrupted_search_resumes_without_measuring_twice(tmp_path):
     assert len(second.calls) == total - 4 and checkpoint.replayed == 4
     assert second.calls == full.calls[4:]
     assert resumed.chosen.candidate == expected.chosen.candidate
-    assert [r.to_json() for r in resumed.results] == [r.to_json() for r in expected.results]
+    # The same path, point for point (only the resumed run's new server start is extra time).
+    walk = lambda result: [(r.candidate, [(p.rate_rps, p.achieved_rps, p.p99_ms) for p in r.points])  # noqa: E731
+                           for r in result.results]
+    assert walk(resumed) == walk(expected)
 
 
 def test_checkpoint_of_another_run_is_refused(tmp_path):
@@ -148,7 +168,14 @@ def test_find_max_rate_brackets_to_the_resolution():
     found = find_max_rate(lambda r: point(r, 100.0), 50.0, SLO_MS, RateSettings(resolution=1.05, max_points=12))
     assert 0.795 / 1.05 <= found.best.rate_rps / 100.0 <= 0.796
     rates = [p.rate_rps for p in found.points]
-    assert rates[:3] == pytest.approx([50.0, 62.5, 62.5 * 1.25 ** 2])  # the step grows while passing
+    assert rates[:3] == pytest.approx([50.0, 62.5, 78.125])  # p99 near the SLO: small steps
+
+
+def test_find_max_rate_gallops_from_far_below():
+    found = find_max_rate(lambda r: point(r, 1000.0), 10.0, SLO_MS, RateSettings(max_points=12))
+    rates = [p.rate_rps for p in found.points]
+    assert rates[:4] == pytest.approx([10.0, 12.5, 12.5 * 1.25 ** 2, 12.5 * 1.25 ** 2 * 1.25 ** 3])
+    assert 0.795 / 1.06 <= found.best.rate_rps / 1000.0 <= 0.796
 
 
 def test_find_max_rate_jumps_below_an_overloaded_start():
