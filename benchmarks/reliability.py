@@ -1,7 +1,7 @@
 """`make reliability`: every reliability and security check against real servers, then one table.
 
 Three servers, each through the launcher (temp dir, free loopback ports, always stopped):
-1. the shipped config.properties with both models (plus the soak's JVM heap pre-touch, see
+1. the shipped config.properties with both models (plus the soak's JVM heap settings, see
    benchmarks/soak.py): security checks, the soak (short by default), the bad-input corpus, a
    worker SIGKILLed under load, the secrets scan;
 2. the image model on a small job queue (job_queue_size written into that server's config):
@@ -135,7 +135,7 @@ def run(store: Path, out: Path, soak_minutes: float, overload_seconds: float,
 
     def main_server():
         nonlocal corpus, kill, soaked
-        with TorchServe(store, wait_for=(IMAGE, TEXT), extra_properties=soak.pretouch_vmargs()) as ts:
+        with TorchServe(store, wait_for=(IMAGE, TEXT), extra_properties=soak.soak_vmargs()) as ts:
             keys.extend([ts.tokens.inference, ts.tokens.management, ts.tokens.api])
             checks.extend(security.server_checks(ts, TEXT, IMAGE))
             # The soak first: it measures the steady state, not the aftermath of the faults below.

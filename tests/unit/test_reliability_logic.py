@@ -91,11 +91,13 @@ def test_table_lists_every_row_with_a_verdict():
     assert "could not run" in text and "FAIL" in text and not findings.passed
 
 
-def test_soak_server_keeps_the_configs_vmargs_and_adds_the_heap_pretouch(tmp_path):
-    from benchmarks.soak import pretouch_vmargs
+def test_soak_server_keeps_the_configs_vmargs_and_adds_its_heap_settings(tmp_path):
+    from benchmarks.soak import soak_vmargs
 
     config = tmp_path / "config.properties"
     config.write_text("vmargs=-Xmx1g\n")
-    assert pretouch_vmargs(config) == {"vmargs": "-Xmx1g -XX:+AlwaysPreTouch"}
+    assert soak_vmargs(config) == {"vmargs": "-Xmx1g -Xms512m -XX:+AlwaysPreTouch"}
+    config.write_text("vmargs=-Xms2g -XX:+AlwaysPreTouch\n")
+    assert soak_vmargs(config) == {"vmargs": "-Xms2g -XX:+AlwaysPreTouch"}
     config.write_text("inference_address=http://127.0.0.1:8080\n")
-    assert pretouch_vmargs(config) == {"vmargs": "-XX:+AlwaysPreTouch"}
+    assert soak_vmargs(config) == {"vmargs": "-Xms512m -XX:+AlwaysPreTouch"}
