@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 JAVA_HINT := sudo apt-get install -y openjdk-17-jre-headless
 
-.PHONY: help venv java-check build serve stop test test-unit test-e2e bench tune reliability clean
+.PHONY: help venv java-check build serve stop test test-unit test-e2e bench bench-inprocess tune reliability clean
 
 help:
 	@echo "make serve      build the archives, start TorchServe on 127.0.0.1:8080-8082, print curl lines"
@@ -20,6 +20,7 @@ help:
 	@echo "make build      model_store/*.mar from catalogue.yaml (incremental)"
 	@echo "make tune       search batchSize/maxBatchDelay/workers per model, write config.properties, verify"
 	@echo "                [MODEL=<name>] [ARGS=\"--slo-ms 80 ...\"]  (python -m benchmarks.tune --help)"
+	@echo "make bench-inprocess [ARGS='--batch-size 8 --threads 2']  handler settings vs the naive path, no server"
 	@echo "make bench MODEL=<name> [ARGS='--window-s 3 ...']  ours vs stock baseline vs in-process limit (benchmarks/reports/)"
 	@echo "make reliability  bad input, worker kill, broken archives, overload, short soak, auth: one table"
 	@echo "                [ARGS=\"--soak-minutes 10\"]  (python -m benchmarks.reliability --help)"
@@ -73,6 +74,10 @@ test-unit: build
 
 test-e2e: build java-check
 	$(call pytest,tests/e2e)
+
+# Handler settings against the naive path, in-process (no server): items/s and ratios, plus a plot.
+bench-inprocess: build
+	$(PY) -m benchmarks.inprocess $(ARGS)
 
 # A real benchmark: its own servers on free loopback ports; `$(PY) -m benchmarks.bench --help` lists ARGS.
 bench: build java-check
