@@ -135,15 +135,14 @@ class LoadResult:
         return first[0], last[0]
 
     def figures(self) -> dict:
-        """The point's client-side figures over its reported windows."""
+        """The point's client-side figures over its reported windows: the requests answered in
+        them (latency from the intended send time), and for the open loop the offered rate."""
         start, end = self.interval
+        inside = [s for s in self.samples if start <= s.done < end]  # answered in the interval
+        offered, unanswered, carried_in = None, 0, 0
         if self.mode == "open":
-            inside = [s for s in self.samples if start <= s.intended < end]
             rates = stats.open_loop_rates(self.samples, start, end)
-            offered, throughput = rates.offered_rps, rates.achieved_rps
-        else:
-            inside = [s for s in self.samples if start <= s.done < end]
-            offered, throughput = None, stats.closed_loop_throughput(self.samples, start, end)
+            offered, unanswered, carried_in = rates.offered_rps, rates.unanswered, rates.carried_in
         latency = stats.summarize(s.latency for s in inside if s.ok)
         return {
             "mode": self.mode,
@@ -154,9 +153,11 @@ class LoadResult:
             "requests": len(inside),
             "ok": sum(1 for s in inside if s.ok),
             "errors": stats.errors_by_status(inside),
-            "throughput_rps": throughput,
+            "throughput_rps": stats.throughput(self.samples, start, end),
             "nominal_rps": self.level if self.mode == "open" else None,
             "offered_rps": offered,
+            "unanswered": unanswered,
+            "carried_in": carried_in,
             "latency_ms": None if latency is None else asdict(latency),
             "late_fraction": stats.late_fraction(inside, LATE_S) if self.mode == "open" else 0.0,
             "connections": self.connections,
@@ -168,7 +169,7 @@ class LoadResult:
             return () if self.stable else (f"not stable after {len(self.windows)} windows",)
         out = [] if self.stable else [f"not stable after {len(self.windows)} windows"]
         start, end = self.interval
-        late = stats.late_fraction([s for s in self.samples if start <= s.intended < end], LATE_S)
+        late = stats.late_fraction([s for s in self.samples if start <= s.done < end], LATE_S)
         if self.dispatch_lag_p99_ms is not None and self.dispatch_lag_p99_ms > LATE_S * 1000:
             out.append(f"the generator could not keep up: its p99 dispatch lag was "
                        f"{self.dispatch_lag_p99_ms:.1f} ms (latencies include it)")

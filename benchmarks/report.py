@@ -17,7 +17,7 @@ from benchmarks.runner import ServerRun, summary
 
 NOISY_OTHERS_PCT = 15.0  # CPU (% of one core) used by other processes during a point
 CSV_COLUMNS = (
-    "server", "mode", "level", "stable", "windows", "seconds", "requests", "ok", "errors", "nominal_rps",
+    "server", "mode", "level", "stable", "windows", "seconds", "requests", "ok", "errors", "unanswered", "nominal_rps",
     "offered_rps", "throughput_rps", "mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
     "late_fraction", "queue_ms", "frontend_ms", "mean_batch_size", "handler_ms_per_batch", "preprocess_ms",
     "inference_ms", "postprocess_ms", "frontend_cpu_pct", "workers_cpu_pct", "generator_cpu_pct",
@@ -86,7 +86,8 @@ def csv_row(server: str, f: dict) -> Dict[str, object]:
     return {
         "server": server, "mode": f["mode"], "level": f["level"], "stable": f["stable"], "windows": f["windows"],
         "seconds": round(f["seconds"], 2), "requests": f["requests"], "ok": f["ok"],
-        "errors": sum(f["errors"].values()), "nominal_rps": f["nominal_rps"], "offered_rps": f["offered_rps"],
+        "errors": sum(f["errors"].values()), "unanswered": f["unanswered"], "nominal_rps": f["nominal_rps"],
+        "offered_rps": f["offered_rps"],
         "throughput_rps": f["throughput_rps"], "mean_ms": lat.get("mean_ms"), "p50_ms": lat.get("p50_ms"),
         "p90_ms": lat.get("p90_ms"), "p95_ms": lat.get("p95_ms"), "p99_ms": lat.get("p99_ms"),
         "p999_ms": lat.get("p999_ms"), "max_ms": lat.get("max_ms"), "late_fraction": f["late_fraction"],
@@ -144,14 +145,18 @@ def markdown(report: dict) -> str:
         for f in run["points"]:
             r = csv_row(server, f)
             level = f"c={f['level']:g}" if f["mode"] == "closed" else f"{f['level']:g}/s"
+            errors = f"{r['errors']} (+{r['unanswered']} cut)" if r["unanswered"] else str(r["errors"])
             lines.append(
                 f"| {f['mode']} | {level} | {_fmt(r['offered_rps'])} | {_fmt(r['throughput_rps'])} | "
                 f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {_fmt(r['p99_ms'], 0)} | {_fmt(r['p999_ms'], 0)} | "
-                f"{_fmt(r['max_ms'], 0)} | {r['errors']} | {_fmt(r['queue_ms'])} | {_fmt(r['mean_batch_size'])} | "
+                f"{_fmt(r['max_ms'], 0)} | {errors} | {_fmt(r['queue_ms'])} | {_fmt(r['mean_batch_size'])} | "
                 f"{_fmt(r['handler_ms_per_batch'])} | {r['frontend_cpu_pct']:.0f}/{r['workers_cpu_pct']:.0f}/"
                 f"{r['generator_cpu_pct']:.0f}/{r['others_cpu_pct']:.0f} | {'yes' if f['stable'] else 'no'} |")
         lines.append("")
-    lines += ["Latencies in ms, from the intended send time; queue = TorchServe's queue time per request; "
+    lines += ["Each point: the requests answered during its last stable-rule windows. Latencies in ms, from the "
+              "intended send time; offered = Poisson arrivals scheduled per second; err = failed answers "
+              "(+ requests still unanswered when the point's drain time ran out); "
+              "queue = TorchServe's queue time per request; "
               "batch = mean batch size formed; CPU in % of one core (frontend JVM / workers / load generator / "
               "every other process on the machine).", ""]
     if report["warnings"]:

@@ -130,9 +130,10 @@ def peak(points: Sequence[Point]) -> Optional[dict]:
 
 
 def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
-    """The highest-throughput error-free point whose p99 is within slo_ms, or None."""
+    """The highest-throughput point with no failed or unanswered request whose p99 is within slo_ms."""
     fitting = [p.figures for p in points
-               if p.figures["latency_ms"] and not p.figures["errors"] and p.figures["latency_ms"]["p99_ms"] <= slo_ms]
+               if p.figures["latency_ms"] and not p.figures["errors"] and not p.figures["unanswered"]
+               and p.figures["latency_ms"]["p99_ms"] <= slo_ms]
     return max(fitting, key=lambda f: f["throughput_rps"], default=None)
 
 

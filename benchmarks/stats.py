@@ -108,16 +108,17 @@ def window(samples: Iterable[Sample], start: float, end: float) -> Window:
 
 
 def within(values: Sequence[Optional[float]], tolerance_pct: float) -> bool:
-    """All present, positive, and the largest at most tolerance_pct above the smallest."""
+    """All present, positive, and each within tolerance_pct of their mean."""
     if not values or any(v is None or v <= 0 for v in values):
         return False
-    return max(values) <= min(values) * (1.0 + tolerance_pct / 100.0)
+    mean = sum(values) / len(values)
+    return all(abs(v - mean) <= mean * tolerance_pct / 100.0 for v in values)
 
 
 @dataclass(frozen=True)
 class StabilityRule:
-    """A point is stable when throughput and p99 over the last `last` windows are within
-    `tolerance_pct` of each other; the first `warmup` windows never count; at most
+    """A point is stable when throughput and p99 of each of the last `last` windows are within
+    `tolerance_pct` of their mean over those windows; the first `warmup` windows never count; at most
     `max_windows` measured windows are run (then the point is reported as unstable)."""
 
     tolerance_pct: float = 10.0
@@ -155,31 +156,41 @@ class StabilityRule:
 # -- rates ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Rates:
-    """Requests per second over one measured interval [start, end).
+    """Requests per second over one measured interval [start, end) of an open-loop point.
 
     offered: requests scheduled in the interval / its length (the load actually offered, not the
     nominal Poisson rate, which a finite run only approximates).
-    achieved: those of them answered successfully / the time until the last of them was answered
-    (at least the interval): never above offered.
+    achieved: successful answers received in the interval / its length, as in the closed loop
+    (wrk2's definition). In a steady state it equals offered up to the requests in flight at the
+    two edges; past capacity it is what the server sustains while its queue grows.
+    unanswered: requests scheduled in the interval that had no answer when the point ended (they
+    were cut after the drain time, or never sent).
+    carried_in: successful answers in the interval to requests scheduled before it, so that
+    achieved - carried_in / length <= offered always holds.
     """
 
     offered_rps: float
     achieved_rps: float
     scheduled: int
     answered_ok: int
+    unanswered: int
+    carried_in: int
 
 
 def open_loop_rates(samples: Iterable[Sample], start: float, end: float) -> Rates:
     if end <= start:
         raise ValueError(f"empty interval [{start}, {end})")
+    samples = list(samples)
     scheduled = [s for s in samples if start <= s.intended < end]
-    good = [s for s in scheduled if s.ok]
-    span = max(end - start, max((s.done for s in good), default=end) - start)
-    return Rates(len(scheduled) / (end - start), len(good) / span, len(scheduled), len(good))
+    good = [s for s in samples if s.ok and start <= s.done < end]
+    unanswered = sum(1 for s in scheduled if s.status == NO_RESPONSE and s.done >= end)
+    carried_in = sum(1 for s in good if s.intended < start)
+    return Rates(len(scheduled) / (end - start), len(good) / (end - start), len(scheduled), len(good), unanswered,
+                 carried_in)
 
 
-def closed_loop_throughput(samples: Iterable[Sample], start: float, end: float) -> float:
-    """Successful completions per second in [start, end)."""
+def throughput(samples: Iterable[Sample], start: float, end: float) -> float:
+    """Successful answers received per second in [start, end) (closed and open loop alike)."""
     if end <= start:
         raise ValueError(f"empty interval [{start}, {end})")
     return sum(1 for s in samples if s.ok and start <= s.done < end) / (end - start)
