@@ -45,7 +45,11 @@ def test_security_on_the_shipped_config(shipped):
 
 
 def test_short_soak(shipped, soak_report):
-    result = soak.soak(shipped, IMAGE, SOAK_MINUTES, capacity(shipped, IMAGE, seconds=6.0), warmup_s=15.0)
+    # Half the measured capacity, not the soak command's 70%: a 6 s capacity reading on a 2-core
+    # machine that CI may share swings by tens of percent, and this short form checks loss and
+    # growth, not the operating point (`python -m benchmarks.soak` runs the full 70% soak).
+    result = soak.soak(shipped, IMAGE, SOAK_MINUTES, capacity(shipped, IMAGE, seconds=6.0), fraction=0.5,
+                       warmup_s=15.0)
     soak.write_report(result, soak_report)
     assert (soak_report / "soak.png").stat().st_size > 0 and (soak_report / "soak.json").is_file()
     assert result.passed, verdict(result)
