@@ -17,9 +17,7 @@ report.md, PNG plots).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shlex
 import sys
 import tempfile
@@ -102,6 +100,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stable-windows", type=int, default=3, help="how many last windows (default: %(default)s)")
     g.add_argument("--warmup-s", type=float, default=5.0,
                    help="unmeasured load after each server starts (default: %(default)s)")
+    g.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                   help="before each phase, wait (at most this long) for no other TorchServe and an idle CPU; "
+                        "a point during which other processes were busy is measured again (default: don't)")
     g = p.add_argument_group("references")
     g.add_argument("--slo-ms", type=float, help="p99 target (default: the catalogue's slo_ms)")
     g.add_argument("--inprocess-seconds", type=float, default=10.0,
@@ -148,6 +149,7 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         min_gain_pct=None if args.concurrency else args.min_gain_pct,
         rates=args.rates or (), rate_fractions=args.rate_fractions, rule=rule, window_s=args.window_s,
         connections=args.connections, warmup_s=args.warmup_s, min_window_requests=0 if args.smoke else 20,
+        wait_quiet_s=args.wait_quiet,
     )
     stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else plan.levels)
     return BenchConfig(
@@ -232,35 +234,31 @@ def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
         return run_server("stock", ts, cfg.model, cfg.stock_plan, progress)
 
 
-def conditions() -> dict:
-    """What else ran on the machine: load average and TorchServe frontends (none of ours is up)."""
-    import psutil
-
-    others = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        with contextlib.suppress(psutil.Error, TypeError):
-            if any("org.pytorch.serve" in part for part in proc.info["cmdline"] or ()):
-                others.append(proc.info["pid"])
-    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "other_torchserve_pids": others}
-
-
 def run(cfg: BenchConfig) -> Path:
-    from benchmarks import report
+    from benchmarks import report, resources
 
-    before = conditions()
+    waits = {}
+
+    def quiet(phase: str) -> None:
+        if cfg.plan.wait_quiet_s > 0:
+            waits[phase] = resources.wait_for_quiet(cfg.plan.wait_quiet_s, progress)
+
+    before = resources.machine_conditions()
     if before["other_torchserve_pids"]:
-        progress(f"warning: other TorchServe running (pids {before['other_torchserve_pids']}): numbers will be noisy")
+        progress(f"other TorchServe running (pids {before['other_torchserve_pids']}): numbers may be noisy")
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp_name:
         tmp = Path(tmp_name)
         store = our_store(cfg, tmp)
         threads = resolved_threads(cfg)
+        quiet("inprocess")
         limit = inprocess_limit(cfg, threads, tmp)
+        quiet("ours")
         runs = {"ours": run_ours(cfg, store)}
         if cfg.stock:
+            quiet("stock")
             runs["stock"] = run_stock(cfg, tmp)
-    after = conditions()
+    after = resources.machine_conditions()
     configuration = {
         "model": cfg.model, "base_config": str(cfg.base_config), "slo_ms": cfg.slo_ms, "smoke": cfg.smoke,
         "ours": {**asdict(cfg.settings), "threads_requested": cfg.threads, "threads_resolved": threads},
@@ -269,7 +267,8 @@ def run(cfg: BenchConfig) -> Path:
     }
     load = {"ours": cfg.plan.to_json(), "stock": cfg.stock_plan.to_json()}
     return report.write(cfg.out, cfg.model, configuration=configuration, load=load, runs=runs, inprocess=limit,
-                        conditions={"before": before, "after": after, "seconds": round(time.time() - started)},
+                        conditions={"before": before, "after": after, "waits": waits,
+                                    "seconds": round(time.time() - started)},
                         command=cfg.command, slo_ms=cfg.slo_ms, smoke=cfg.smoke)
 
 

@@ -335,16 +335,15 @@ def gained(throughputs: Sequence[float], min_gain_pct: float) -> bool:
     return throughputs[-1] > max(throughputs[:-1]) * (1.0 + min_gain_pct / 100.0)
 
 
-def closed_sweep(target: Target, payloads: Sequence[Payload], rule: StabilityRule, window_s: float,
-                 levels: Sequence[int], min_gain_pct: Optional[float] = 5.0, probe: Probe = _nothing,
-                 progress: Progress = print, settle: Callable[[], None] = _nothing) -> List[LoadResult]:
+def closed_sweep(levels: Sequence[int], run_level: Callable[[int], LoadResult],
+                 min_gain_pct: Optional[float] = 5.0, progress: Progress = print) -> List[LoadResult]:
     """Closed-loop points at rising concurrency, until throughput stops rising by > min_gain_pct
-    (min_gain_pct None: run every level). `settle()` runs before each point."""
+    (min_gain_pct None: run every level). `run_level(c)` measures one point (closed_loop, with
+    whatever the caller does around it)."""
     results: List[LoadResult] = []
     for level in levels:
-        settle()
         progress(f"  closed loop, concurrency {level}")
-        results.append(closed_loop(target, payloads, level, rule, window_s, probe, progress))
+        results.append(run_level(level))
         throughputs = [r.figures()["throughput_rps"] for r in results]
         if min_gain_pct is not None and not gained(throughputs, min_gain_pct):
             progress(f"  throughput rose by <= {min_gain_pct:g}% from the best before: sweep done")

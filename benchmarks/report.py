@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
+from benchmarks.resources import NOISY_OTHERS_PCT
 from benchmarks.runner import ServerRun, summary
 
-NOISY_OTHERS_PCT = 15.0  # CPU (% of one core) used by other processes during a point
 CSV_COLUMNS = (
     "server", "mode", "level", "stable", "windows", "seconds", "requests", "ok", "errors", "unanswered", "nominal_rps",
     "offered_rps", "throughput_rps", "mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
@@ -113,6 +113,7 @@ def _fmt(value: object, digits: int = 1) -> str:
 def markdown(report: dict) -> str:
     s, cfg, env = report["summary"], report["configuration"], report["environment"]
     cond = report["conditions"]
+    remeasured = sum(1 for run in report["results"].values() for f in run["points"] if f["remeasured"])
     lines = [f"# {report['model']}: ours vs the stock baseline vs the in-process limit", "",
              f"**{s['sentences'][0]}**", "", s["sentences"][1], ""]
     ours = cfg["ours"]
@@ -169,6 +170,9 @@ def markdown(report: dict) -> str:
               f"- load average before {cond['before']['load_average']}, after {cond['after']['load_average']}; "
               f"other TorchServe frontends before {cond['before']['other_torchserve_pids'] or 'none'}, "
               f"after {cond['after']['other_torchserve_pids'] or 'none'}; run took {cond['seconds']} s",
+              f"- waits for a quiet machine: " + (", ".join(f"{phase} {w['waited_s']:.0f} s ({'quiet' if w['quiet'] else 'busy'})"
+                                                         for phase, w in cond["waits"].items()) or "none asked")
+              + f"; points measured again because other processes were busy: {remeasured}",
               "- client and servers share the same 2 cores: the generator's own CPU is in the table", "",
               "Reproduce:", "", "```", report["command"], "```", ""]
     return "\n".join(lines)

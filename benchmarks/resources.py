@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Dict, Mapping, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Sequence, Tuple
 
 import psutil
 
@@ -21,6 +21,8 @@ FRONTEND = "frontend"
 WORKERS = "workers"
 OTHERS = "others"  # every other process on the machine
 _MACHINE = "machine"
+# Other processes using more than this (% of one core) during a point make it noisy.
+NOISY_OTHERS_PCT = 15.0
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,42 @@ def usage(before: Reading, after: Reading) -> Dict[str, Usage]:
     if machine is not None:
         out[OTHERS] = Usage(max(0.0, machine - sum(cpu.values())), 0.0)
     return out
+
+
+# -- the machine as a whole --------------------------------------------------------------------
+def torchserve_pids() -> list:
+    """Every TorchServe frontend (JVM) on the machine."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            if any("org.pytorch.serve" in part for part in proc.info["cmdline"] or ()):
+                found.append(proc.info["pid"])
+    return found
+
+
+def machine_conditions() -> dict:
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average": [round(x, 2) for x in os.getloadavg()],
+            "other_torchserve_pids": torchserve_pids()}
+
+
+def wait_for_quiet(max_wait_s: float, progress: Callable[[str], None], ours: Sequence[int] = (),
+                   busy_pct: float = 20.0) -> dict:
+    """Wait (at most max_wait_s) until no other TorchServe runs and the machine's CPU use over 2 s
+    is below busy_pct (of the whole machine). `ours`: our own idle server's JVM, not counted."""
+    began = time.monotonic()
+    announced = False
+    while True:
+        others = [pid for pid in torchserve_pids() if pid not in ours]
+        cpu = psutil.cpu_percent(interval=2.0)
+        quiet = not others and cpu < busy_pct
+        waited = time.monotonic() - began
+        if quiet or waited >= max_wait_s:
+            if announced:
+                progress(f"waited {waited:.0f} s: {'quiet' if quiet else 'still busy, going on'} "
+                         f"(CPU {cpu:.0f}%, other TorchServe {others or 'none'})")
+            return {"quiet": quiet, "waited_s": round(waited, 1), "cpu_pct": cpu, "other_torchserve_pids": others}
+        if not announced:
+            progress(f"waiting for a quiet machine (CPU {cpu:.0f}%, other TorchServe {others or 'none'}), "
+                     f"at most {max_wait_s:.0f} s")
+            announced = True
+        time.sleep(5.0)

@@ -34,6 +34,7 @@ class LoadPlan:
     connections: int = 64
     warmup_s: float = 5.0  # unmeasured load before the first point
     min_window_requests: int = 20  # open loop at low rates: longer windows (up to 4x) for this many arrivals
+    wait_quiet_s: float = 0.0  # > 0: a point during which other processes were busy is measured again
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -73,8 +74,15 @@ def settle(ts: TorchServe, model: str, timeout_s: float = 180.0) -> None:
     time.sleep(0.5)  # the batch in the worker
 
 
-def point(result: LoadResult, model: str) -> Point:
+def others_pct(result: LoadResult) -> float:
+    """CPU (% of one core) that processes other than ours used during the point's reported windows."""
+    (_, (_, before)), (_, (_, after)) = result.reported_edges
+    return resources.usage(before, after)[resources.OTHERS].cpu_pct
+
+
+def point(result: LoadResult, model: str, remeasured: bool = False) -> Point:
     figures = result.figures()
+    figures["remeasured"] = remeasured
     (_, (scrape_a, usage_a)), (_, (scrape_b, usage_b)) = result.reported_edges
     figures["server"] = server_metrics.breakdown(scrape_a, scrape_b, model).to_json()
     figures["resources"] = {name: u.to_json() for name, u in resources.usage(usage_a, usage_b).items()}
@@ -99,25 +107,40 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
     def probe():
         return server_metrics.Scrape.of(ts.metrics_text()), groups.read()
 
+    def say(line: str) -> None:
+        progress(f"[{label}] {line.strip()}")
+
     in_flight = min(64, 2 * workers * int(description.get("batchSize", 1)))
-    progress(f"[{label}] warm-up: {plan.warmup_s:g} s at concurrency {in_flight}")
+    say(f"warm-up: {plan.warmup_s:g} s at concurrency {in_flight}")
     warm_up(target, payloads, plan.warmup_s, in_flight)
+    again: List[LoadResult] = []
+
+    def measured(run: Callable[[], LoadResult]) -> LoadResult:
+        settle(ts, model)
+        result = run()
+        noise = others_pct(result)
+        if plan.wait_quiet_s > 0 and noise > resources.NOISY_OTHERS_PCT:
+            say(f"other processes used {noise:.0f}% of a core during this point: measuring it again when quiet")
+            resources.wait_for_quiet(plan.wait_quiet_s, say, ours=[ts.java_pid])
+            settle(ts, model)
+            result = run()
+            again.append(result)
+        return result
 
     results: List[LoadResult] = loadgen.closed_sweep(
-        target, payloads, plan.rule, plan.window_s, plan.levels, plan.min_gain_pct, probe,
-        lambda line: progress(f"[{label}] {line.strip()}"), settle=lambda: settle(ts, model))
+        plan.levels,
+        lambda c: measured(lambda: loadgen.closed_loop(target, payloads, c, plan.rule, plan.window_s, probe, say)),
+        plan.min_gain_pct, say)
     peak = max(r.figures()["throughput_rps"] for r in results)
     rates = plan.rates or tuple(round(f * peak, 2) for f in plan.rate_fractions)
-    for rate in rates:
-        if rate <= 0:
-            continue
-        settle(ts, model)
-        progress(f"[{label}] open loop, Poisson {rate:g} req/s")
+    for rate in (r for r in rates if r > 0):
+        say(f"open loop, Poisson {rate:g} req/s")
         window_s = min(4 * plan.window_s, max(plan.window_s, plan.min_window_requests / rate))
-        results.append(loadgen.open_loop(target, payloads, rate, plan.rule, window_s, plan.connections,
-                                         seed=int(rate * 1000), drain_s=max(10.0, 2 * window_s),
-                                         probe=probe, progress=lambda line: progress(f"[{label}] {line.strip()}")))
-    return ServerRun(label, tuple(point(r, model) for r in results), worker_threads(ts, model),
+        results.append(measured(lambda: loadgen.open_loop(
+            target, payloads, rate, plan.rule, window_s, plan.connections, seed=int(rate * 1000),
+            drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))
+    return ServerRun(label, tuple(point(r, model, any(r is a for a in again)) for r in results),
+                     worker_threads(ts, model),
                      {k: description.get(k) for k in ("batchSize", "maxBatchDelay", "minWorkers", "maxWorkers",
                                                       "responseTimeout")} | {"workers": workers})
 

@@ -60,8 +60,8 @@ def test_fields_present(report):
     summary = report["summary"]
     assert summary["slo_ms"] == 100 and summary["verdict"].startswith(("At p99 <= 100 ms", "Ours meets"))
     for point in report["results"]["ours"]["points"] + report["results"]["stock"]["points"]:
-        for key in ("mode", "level", "throughput_rps", "offered_rps", "latency_ms", "errors", "server", "resources",
-                    "stable", "windows"):
+        for key in ("mode", "level", "throughput_rps", "offered_rps", "latency_ms", "errors", "unanswered", "server",
+                    "resources", "stable", "windows", "remeasured"):
             assert key in point, key
         assert set(point["resources"]) == {"frontend", "workers", "generator", "others"}
 

@@ -139,6 +139,27 @@ def test_sweep_levels_and_gain_rule():
     assert not loadgen.gained([10.0, 20.0, 18.0], 5)
 
 
+class _Fixed:
+    def __init__(self, rps):
+        self.rps = rps
+
+    def figures(self):
+        return {"throughput_rps": self.rps}
+
+
+def test_closed_sweep_stops_when_the_gain_is_small():
+    measured = {1: 10.0, 2: 19.0, 4: 19.5, 8: 30.0}
+    ran = []
+
+    def run_level(level):
+        ran.append(level)
+        return _Fixed(measured[level])
+
+    results = loadgen.closed_sweep((1, 2, 4, 8), run_level, 5.0, progress=lambda _: None)
+    assert ran == [1, 2, 4] and [r.rps for r in results] == [10.0, 19.0, 19.5]
+    assert len(loadgen.closed_sweep((1, 2, 4, 8), run_level, None, progress=lambda _: None)) == 4
+
+
 PROMETHEUS = """\
 # TYPE ts_queue_latency_microseconds counter
 ts_queue_latency_microseconds{model_name="m",model_version="default",hostname="vm",} 3000.0
