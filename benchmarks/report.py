@@ -126,7 +126,8 @@ def markdown(report: dict) -> str:
                  f"{report['results']['stock']['frontend']['workers']} workers x "
                  f"{report['results']['stock']['worker_threads']} torch threads)" if "stock" in report["results"] else ""),
               f"- in-process limit: the same handler without a server, batch {report['reference']['inprocess']['batch_size']}, "
-              f"{report['reference']['inprocess']['threads']} threads: {report['reference']['inprocess']['items_per_s']:.1f} items/s",
+              f"{report['reference']['inprocess']['threads']} threads: {report['reference']['inprocess']['items_per_s']:.1f} items/s"
+              f" (other processes meanwhile: {report['reference']['inprocess'].get('others_cpu_pct', 0):.0f}% of a core)",
               f"- p99 target: {s['slo_ms']:g} ms", ""]
     lines += ["## Summary", "", "| | ours | stock | in-process |", "|---|---|---|---|",
               f"| peak req/s | {_fmt(s['ours']['peak_rps'])} | {_fmt((s['stock'] or {}).get('peak_rps'))} "
@@ -195,6 +196,9 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
                 for label, run in runs.items() for p in run.points for w in p.figures["warnings"]]
     noisy = [(label, p.figures) for label, run in runs.items() for p in run.points
              if p.figures["resources"]["others"]["cpu_pct"] > NOISY_OTHERS_PCT]
+    if inprocess.get("others_cpu_pct", 0.0) > NOISY_OTHERS_PCT:
+        warnings.append(f"other processes used {inprocess['others_cpu_pct']:.0f}% of a core during the in-process "
+                        "limit: it is pessimistic, and the efficiency figures optimistic")
     if noisy:
         worst = max(f["resources"]["others"]["cpu_pct"] for _, f in noisy)
         warnings.append(f"{len(noisy)} point(s) ran while other processes used > {NOISY_OTHERS_PCT:.0f}% of a core "
