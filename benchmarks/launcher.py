@@ -268,7 +268,13 @@ class TorchServe:
         client = self._require_client()
         while True:
             self._check_alive(f"loading {name}")
-            resp = client.management("GET", f"/models/{name}", timeout=10)
+            try:
+                resp = client.management("GET", f"/models/{name}", timeout=10)
+            except requests.ConnectionError:
+                # The management port binds a moment after the inference port answers /ping
+                # (seconds apart on a loaded machine): not up yet, not a failure.
+                self._sleep_until(deadline, "the management API never answered")
+                continue
             if resp.status_code == 404:
                 raise StartupError(f"model {name!r} is not registered\n{self._tails()}")
             if resp.ok:
