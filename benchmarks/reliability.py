@@ -148,7 +148,8 @@ def run(store: Path, out: Path, soak_minutes: float, overload_seconds: float,
 
     def overload_server():
         nonlocal loaded
-        with TorchServe(store, load=(IMAGE,), extra_properties={"job_queue_size": str(job_queue_size)}) as ts:
+        props = {"job_queue_size": str(job_queue_size), **soak.soak_vmargs()}  # pre-touched heap: RSS = footprint
+        with TorchServe(store, load=(IMAGE,), extra_properties=props) as ts:
             keys.extend([ts.tokens.inference, ts.tokens.management, ts.tokens.api])
             loaded = overload.overload(ts, IMAGE, capacity(ts, IMAGE), 3.0, overload_seconds)
             checks.extend(security.secrets_checks(ts))
