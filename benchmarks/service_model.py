@@ -231,11 +231,15 @@ class Overhead:
 
     @classmethod
     def fit(cls, observations: Sequence[Tuple[float, float]]) -> "Overhead":
-        """(mean batch size, extra ms per batch) pairs -> a line; one size alone: all per batch
-        (the optimistic reading for larger batches, so that the search goes and measures one)."""
-        sizes = {round(b, 3) for b, _ in observations}
-        if len(sizes) == 1:
-            return cls(sum(e for _, e in observations) / len(observations), 0.0)
+        """(mean batch size, extra ms per batch) pairs -> a line. Batch sizes less than one
+        request apart cannot tell the two parts apart: the extra time is then split evenly between
+        per batch and per request (measured on this machine both matter; all per batch would make
+        large batches look free, all per request would hide them)."""
+        sizes = [b for b, _ in observations]
+        if max(sizes) - min(sizes) < 1.0:
+            size = sum(sizes) / len(sizes)
+            extra = sum(e for _, e in observations) / len(observations)
+            return cls(extra / 2.0, extra / (2.0 * size))
         line = LinearServiceTime.fit_signed(observations)
         if line.c_ms < 0:  # extra time shrinking with the batch size: noise; keep the mean
             return cls(sum(e for _, e in observations) / len(observations), 0.0)

@@ -40,6 +40,7 @@ from build.errors import BuildError
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "benchmarks" / "reports"
+NOT_IDENTITY = ("folder", "wait_quiet")
 
 
 def _ints(text: str) -> tuple:
@@ -82,9 +83,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stability-pct", type=float, default=15.0)
     g.add_argument("--warmup-s", type=float, default=3.0, help="unmeasured load after each server start")
     g.add_argument("--connections", type=int, default=64)
-    g.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                   help="before the fit and each server start, wait up to this long for no other TorchServe and "
-                        "CPU under 20%% (shared machines)")
+    g.add_argument("--wait-quiet", type=float, metavar="SECONDS",
+                   help="shared machines: before the fit and each server start, wait up to this long for no other "
+                        "TorchServe and CPU under 20%%, and repeat points other processes disturbed (also with "
+                        "--resume; default: no waiting)")
     g = p.add_argument_group("steps")
     g.add_argument("--no-defaults", action="store_true", help="skip measuring TorchServe's defaults")
     g.add_argument("--no-write", action="store_true", help="leave config.properties alone")
@@ -145,7 +147,8 @@ def configs_from(args: argparse.Namespace, argv: Sequence[str]) -> list:
 
         identity = json.loads(path.read_text(encoding="utf-8"))["identity"]
         Checkpoint(path, identity)  # validates the file
-        return [TuneConfig(identity["model"], {**identity, "folder": str(Path(args.resume).resolve())}, command)]
+        options = {**identity, "folder": str(Path(args.resume).resolve()), "wait_quiet": args.wait_quiet or 0.0}
+        return [TuneConfig(identity["model"], options, command)]
     catalogue = Catalogue.load(ROOT / "catalogue.yaml")
     models = args.model or list(catalogue.names)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -155,6 +158,7 @@ def configs_from(args: argparse.Namespace, argv: Sequence[str]) -> list:
         options = {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
                    for k, v in vars(args).items() if k not in ("model", "resume")}
         options.update(model=model, slo_ms=args.slo_ms or entry.slo_ms, cores=usable_cores(),
+                       wait_quiet=args.wait_quiet or 0.0,
                        config=str(Path(args.config).resolve()), model_store=str(Path(args.model_store).resolve()),
                        folder=str((Path(args.out) / f"tune-{model}-{stamp}").resolve()))
         out.append(TuneConfig(model, options, command))
@@ -174,7 +178,8 @@ def tune_model(cfg: TuneConfig) -> int:
     from benchmarks.environment import describe_environment
     from benchmarks.service_model import FitPoint, ServiceModel
     from benchmarks.tune_checkpoint import Checkpoint
-    from benchmarks.tune_measure import ServedMeasurer, inprocess_fit, machine_conditions, wait_for_quiet
+    from benchmarks.resources import machine_conditions
+    from benchmarks.tune_measure import ServedMeasurer, inprocess_fit, wait_for_quiet
     from benchmarks.tune_outcome import build_report, print_summary, write_and_verify
     from benchmarks.tune_search import evaluate, grid, search
     from benchmarks.tune_space import torchserve_defaults
@@ -183,7 +188,8 @@ def tune_model(cfg: TuneConfig) -> int:
 
     progress = progress_for(cfg.model)
     folder = Path(cfg.folder)
-    identity = {k: v for k, v in cfg.options.items() if k != "folder"}
+    # What decides the measurements; where they go and how patiently they wait for quiet do not.
+    identity = {k: v for k, v in cfg.options.items() if k not in NOT_IDENTITY}
     checkpoint = Checkpoint(folder / "checkpoint.json", identity)
     if checkpoint.resumed:
         progress(f"resuming from {folder}: measurements already taken are replayed, not repeated")
@@ -211,8 +217,8 @@ def tune_model(cfg: TuneConfig) -> int:
     service = ServiceModel.fit(FitPoint.from_json(p) for p in fit["points"])
     rates = cfg.search_settings.rates
     defaults_result = grid_results = None
-    with ServedMeasurer(cfg.model, store, config, cfg.load, progress=progress,
-                        wait_quiet_s=cfg.wait_quiet) as measurer:
+    with ServedMeasurer(cfg.model, store, config, cfg.load, progress=progress, wait_quiet_s=cfg.wait_quiet,
+                        slo_ms=slo) as measurer:
         if not cfg.no_defaults:
             predicted = service.predict(defaults, slo)
             progress(f"TorchServe defaults: {defaults.label} (predicted {predicted.rate_rps:.1f} req/s)")

@@ -12,6 +12,7 @@ the benchmark's open loop (benchmarks.loadgen) (Poisson arrivals, latency from t
 from __future__ import annotations
 
 import gc
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -36,26 +37,9 @@ METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect":
 
 
 # -- in-process -------------------------------------------------------------------------------
-class OthersCpu:
-    """CPU used by every other process between two readings (100 = one core)."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self._me = psutil.Process()
-        self._start = self._read()
-
-    def _read(self):
-        import psutil
-
-        total = psutil.cpu_times()
-        mine = self._me.cpu_times()
-        busy = total.user + total.system + getattr(total, "nice", 0.0)
-        return time.perf_counter(), busy - (mine.user + mine.system + mine.children_user + mine.children_system)
-
-    def pct(self) -> float:
-        (t0, busy0), (t1, busy1) = self._start, self._read()
-        return max(0.0, 100.0 * (busy1 - busy0) / max(t1 - t0, 1e-6))
+def _others_cpu(since: resources.Reading, groups: resources.ProcessGroups) -> float:
+    """CPU every other process used since a reading (100 = one core)."""
+    return resources.usage(since, groups.read())[resources.OTHERS].cpu_pct
 
 
 def inprocess_fit(model: str, threads: Sequence[int], max_batch_size: int, slo_ms: float, seconds: float,
@@ -73,6 +57,7 @@ def inprocess_fit(model: str, threads: Sequence[int], max_batch_size: int, slo_m
         sizes.append(max_batch_size)
     requests = requests_for(model)
     points = []
+    me = resources.ProcessGroups({"fit": [os.getpid()]})
     with tempfile.TemporaryDirectory(prefix="tune-fit-") as tmp:
         model_dir = extracted_archive(model, None, Path(tmp))
         for count in threads:
@@ -83,10 +68,11 @@ def inprocess_fit(model: str, threads: Sequence[int], max_batch_size: int, slo_m
             for size in sizes:
                 # Best of three short runs: on a shared machine noise only ever slows a run down,
                 # and two intra-op threads collapse when anything else wants a core for a moment.
-                others = OthersCpu()
+                since = me.read()
                 rows = [measure(handler, context, requests, size, seconds / REPEATS) for _ in range(REPEATS)]
-                if wait_quiet_s > 0 and others.pct() > NOISY_OTHERS_PCT:
-                    progress(f"in-process: other processes used {others.pct():.0f}% CPU meanwhile: measuring again")
+                others = _others_cpu(since, me)
+                if wait_quiet_s > 0 and others > NOISY_OTHERS_PCT:
+                    progress(f"in-process: other processes used {others:.0f}% CPU meanwhile: measuring again")
                     paused = time.perf_counter()
                     wait_for_quiet(wait_quiet_s, progress)
                     began += time.perf_counter() - paused
@@ -105,46 +91,10 @@ def inprocess_fit(model: str, threads: Sequence[int], max_batch_size: int, slo_m
     return {"points": [p.to_json() for p in points], "seconds": round(time.perf_counter() - began, 2)}
 
 
-def machine_conditions() -> dict:
-    """What else runs on the machine: the load average and TorchServe frontends (ours included
-    when one is up)."""
-    import os
-
-    import psutil
-
-    others = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if any("org.pytorch.serve" in part for part in proc.info["cmdline"] or ()):
-                others.append(proc.info["pid"])
-        except (psutil.Error, TypeError):
-            continue
-    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "other_torchserve_pids": others}
-
-
-def wait_for_quiet(max_wait_s: float, progress: Progress, busy_pct: float = 20.0, ours: Sequence[int] = ()) -> dict:
-    """Wait (at most max_wait_s) until no other TorchServe runs and the machine is nearly idle.
-
-    Idle is judged by CPU use over 2 s, not the load average: the load average is a 1-minute mean
-    that still counts our own server, stopped a moment ago. `ours`: our own (idle) server's JVM.
-    Returns what was seen and waited.
-    """
-    import psutil
-
-    began = time.monotonic()
-    while True:
-        state = machine_conditions()
-        state["other_torchserve_pids"] = [pid for pid in state["other_torchserve_pids"] if pid not in ours]
-        cpu = psutil.cpu_percent(interval=2.0)
-        quiet = not state["other_torchserve_pids"] and cpu < busy_pct
-        waited = time.monotonic() - began
-        if quiet or waited >= max_wait_s:
-            if waited > 3.0:
-                progress(f"  waited {waited:.0f} s for a quiet machine: {'quiet' if quiet else 'still busy'} "
-                         f"(CPU {cpu:.0f}%, other TorchServe pids {state['other_torchserve_pids'] or 'none'})")
-            return {**state, "cpu_pct": cpu, "quiet": quiet, "waited_s": round(waited, 1)}
-        time.sleep(10.0)
+def wait_for_quiet(max_wait_s: float, progress: Progress, ours: Sequence[int] = ()) -> dict:
+    """resources.wait_for_quiet (no other TorchServe, CPU under 20% over 2 s), with the load
+    average and the time added for the report."""
+    return {**resources.machine_conditions(), **resources.wait_for_quiet(max_wait_s, progress, ours=ours)}
 
 
 # -- served -----------------------------------------------------------------------------------
@@ -192,12 +142,13 @@ class ServedMeasurer:
     def __init__(self, model: str, model_store: Path, base_config: Path, load: LoadSettings,
                  response_timeout_s: int = 120, progress: Progress = print,
                  extra_properties: Optional[Mapping[str, str]] = None, from_file: bool = False,
-                 wait_quiet_s: float = 0.0) -> None:
+                 wait_quiet_s: float = 0.0, slo_ms: float = float("inf")) -> None:
         self.model = model
         # from_file: the server takes the model's values from base_config itself (verification of
         # a written file); otherwise the candidate's values are swapped into a copy of it.
         self.from_file = from_file
         self.wait_quiet_s = wait_quiet_s  # > 0: before each server start, wait for other jobs to finish
+        self.slo_ms = slo_ms  # which failed points are worth measuring again after a disturbance
         self.model_store = Path(model_store)
         self.base_config = Path(base_config)
         self.load = load
@@ -229,7 +180,7 @@ class ServedMeasurer:
         if self.wait_quiet_s > 0:  # not measurement time: waited before the clock starts
             state = wait_for_quiet(self.wait_quiet_s, self.progress)
         else:
-            state = machine_conditions()
+            state = resources.machine_conditions()
         began = time.perf_counter()
         self.conditions.append({"candidate": candidate.key, **state})
         others = f", other TorchServe pids {state['other_torchserve_pids']}" if state["other_torchserve_pids"] else ""
@@ -264,16 +215,24 @@ class ServedMeasurer:
     def measure(self, candidate: Candidate, rate: float) -> Point:
         overhead = self._start(candidate) if self._candidate != candidate else 0.0
         point = self._measure(candidate, rate, overhead)
-        noisy = point.others_cpu_pct is not None and point.others_cpu_pct > NOISY_OTHERS_PCT
-        if noisy and self.wait_quiet_s > 0:
-            # Another job took a core from under this point: its figures say little about the
-            # candidate. Wait for quiet and measure it once more (both runs count as time spent).
+        if self.wait_quiet_s > 0 and self._disturbed(point):
+            # Another job took CPU from under a point that failed near the SLO: the failure may be
+            # theirs. Wait for quiet and measure it once more (both runs count as time spent).
             self.progress(f"  other processes used {point.others_cpu_pct:.0f}% CPU during that point: "
                           "waiting for quiet, then measuring it again")
             wait_for_quiet(self.wait_quiet_s, self.progress, ours=[self._server.java_pid or -1])
             again = self._measure(candidate, rate, overhead)
             point = replace(again, seconds=round(again.seconds + point.seconds, 2))
         return point
+
+    def _disturbed(self, point: Point) -> bool:
+        """Noise only ever slows a server down: a point that passed under it stands, and so does
+        one far past the SLO (its own traffic's kernel time then counts as "others" too)."""
+        if point.others_cpu_pct is None or point.others_cpu_pct <= NOISY_OTHERS_PCT:
+            return False
+        near = point.p99_ms is not None and point.p99_ms < 4 * self.slo_ms and \
+            point.achieved_rps >= 0.8 * point.offered_rps
+        return near and not point.passes(self.slo_ms)
 
     def _measure(self, candidate: Candidate, rate: float, overhead: float) -> Point:
         server = self._server

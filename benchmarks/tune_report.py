@@ -14,7 +14,7 @@ from typing import List, Optional
 
 CSV_FIELDS = ("phase", "candidate", "workers", "threads", "batch_size", "max_batch_delay_ms", "rate_rps",
               "offered_rps", "achieved_rps", "p50_ms", "p99_ms", "errors", "mean_batch", "passed", "seconds",
-              "overhead_s")
+              "overhead_s", "others_cpu_pct")
 
 
 def _f(value: Optional[float], digits: int = 1) -> str:
@@ -91,18 +91,27 @@ def markdown(report: dict) -> str:
         lines += _candidate_table(search, chosen.get("key"), True) + [""]
     fit = report.get("fit") or {}
     if fit:
-        lines += ["## Service model", "", "In-process batch service times s(b), fitted as a + c*b; the served "
-                  "calibration factor multiplies s(b) per worker count.", "",
+        lines += ["## Service model", "", "In-process batch service times s(b), fitted as a + c*b; served, a "
+                  "batch of b takes s(b) + o_batch + o_request*b, the overheads fitted per worker count to what the "
+                  "servers sustained.", "",
                   "| threads | measured s(b) ms | a ms | c ms/item |", "|---|---|---|---|"]
         by_threads = fit["model"]["service_ms_by_threads"]
         for threads, coef in by_threads.items():
             pts = ", ".join(f"b{p['batch_size']}: {p['service_ms']:.1f}" for p in fit["points"]
                             if str(p["threads"]) == threads)
             lines.append(f"| {threads} | {pts} | {coef['a_ms']:.2f} | {coef['c_ms']:.2f} |")
-        factors = (report.get("calibrated_model") or {}).get("scale_by_workers") or {}
-        if factors:
-            lines += ["", "Served calibration factors: " + ", ".join(f"{w} worker(s): {f:.2f}"
-                                                                     for w, f in factors.items()) + "."]
+        served = (report.get("calibrated_model") or {}).get("served_overhead_by_workers") or {}
+        if served:
+            lines += ["", "Served overhead after the search: " + "; ".join(
+                f"{w} worker(s): {o['per_batch_ms']:.1f} ms per batch + {o['per_request_ms']:.1f} ms per request"
+                for w, o in served.items()) + "."]
+        first = report.get("first_predictions") or []
+        if first:
+            lines += ["", "The model's first ranking (in-process fit only, before any served measurement):", "",
+                      "| rank | candidate | predicted req/s | p99 ms | mean batch | capacity req/s |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {i} | `{p['key']}` | {_f(p['rate_rps'])} | {_f(p['p99_ms'])} | {_f(p['mean_batch'], 2)} | "
+                      f"{_f(p['capacity_rps'])} |" for i, p in enumerate(first[:10], 1)]
         lines.append("")
     comparison = report.get("grid_comparison")
     if comparison:

@@ -27,6 +27,8 @@ Progress = Callable[[str], None]
 KEEP_UP = 0.95
 # Where a candidate starts when the model predicts it cannot meet the SLO at all: this share of its capacity.
 FALLBACK_START = 0.3
+# The gain and patience rules apply only once this many candidates were measured by the search.
+MIN_CANDIDATES = 3
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,7 @@ def search(candidates: Sequence[Candidate], model: ServiceModel, slo_ms: float, 
         ranked = _ranked(model, remaining, slo_ms)
         first = ranked if first is None else first
         best = best_of(choosable + results)
+        searched = len(results)
         reason = None
         if not results and ranked and ranked[0].rate_rps <= 0:
             # The in-process fit may be wrong (a busy machine): measure the highest-capacity
@@ -260,6 +263,8 @@ def search(candidates: Sequence[Candidate], model: ServiceModel, slo_ms: float, 
             progress("no candidate is predicted to meet the SLO: measuring the highest-capacity one anyway")
         if not ranked or ranked[0].rate_rps <= 0:
             reason = "no unmeasured candidate is predicted to meet the SLO"
+        elif searched < MIN_CANDIDATES and len(ranked) > 0:
+            reason = None  # a model calibrated on one or two noisy candidates is not trusted to stop
         elif best is not None and ranked[0].rate_rps < _predicted(model, best, slo_ms) * gain:
             # Predictions against a prediction: the calibrated model may still be biased as a whole
             # (its rates all a little high, or low), but not in how candidates compare.
@@ -267,9 +272,9 @@ def search(candidates: Sequence[Candidate], model: ServiceModel, slo_ms: float, 
                       f"req/s) is predicted to gain less than {settings.min_gain_pct:g}% over the best measured "
                       f"({best.candidate.key}: predicted {_predicted(model, best, slo_ms):.1f}, measured "
                       f"{best.throughput_rps:.1f} req/s)")
-        elif len(results) >= settings.max_candidates:
+        if reason is None and len(results) >= settings.max_candidates:
             reason = f"measured {len(results)} candidates (the maximum)"
-        elif stale >= settings.patience:
+        elif reason is None and searched >= MIN_CANDIDATES and stale >= settings.patience:
             reason = f"the last {stale} measured candidates gained less than {settings.min_gain_pct:g}%"
         if reason is not None:
             progress(f"search stops: {reason}")

@@ -77,7 +77,7 @@ def verify(model: str, config: Path, model_store: Path, chosen: Candidate, rate_
     # A longer warm-up than the search's: its points ran on a server that had served for a while.
     load = replace(load, warmup_s=max(load.warmup_s, VERIFY_WARMUP_S))
     with ServedMeasurer(model, model_store, config, load, progress=progress, from_file=True,
-                        wait_quiet_s=wait_quiet_s) as measurer:
+                        wait_quiet_s=wait_quiet_s, slo_ms=slo_ms) as measurer:
         points.append(measurer.measure(chosen, rate_rps))  # starts the server on its first point
         described = measurer.server.describe(model)
         threads = tuple(measurer.worker_threads.get(chosen.key, ()))

@@ -116,7 +116,8 @@ def test_defaults_as_prior_calibrate_and_can_win(truth):
     assert truth[result.chosen.candidate.key] >= 0.95 * max(truth.values())
     # The defaults alone calibrate 2 workers; 1 worker keeps the benefit of the doubt until measured.
     only_prior = FITTED.calibrated({2: [(1.0, 3.0)]})
-    assert only_prior.overhead(2)(4) == 3.0 and only_prior.overhead(1)(4) == 0.0
+    assert only_prior.overhead(2)(1) == 3.0 and only_prior.overhead(1)(4) == 0.0
+    assert only_prior.overhead(2)(4) == 7.5  # one batch size seen: split between per batch and per request
     assert FITTED.overhead(1)(4) == 0.0
 
 
