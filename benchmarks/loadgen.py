@@ -10,6 +10,7 @@ and process usage over exactly the windows a point reports.
 from __future__ import annotations
 
 import contextlib
+import gc
 import http.client
 import json
 import queue
@@ -210,9 +211,17 @@ def _nothing() -> None:
     return None
 
 
+def _settle_heap() -> None:
+    """Freeze what is alive before a point: a full collection of this process mid-point would
+    delay every sender and count as server latency."""
+    gc.collect()
+    gc.freeze()
+
+
 def closed_loop(target: Target, payloads: Sequence[Payload], concurrency: int, rule: StabilityRule,
                 window_s: float, probe: Probe = _nothing, progress: Progress = print) -> LoadResult:
     """`concurrency` clients, each sending its next request as soon as the last one is answered."""
+    _settle_heap()
     stop = threading.Event()
     samples: List[Sample] = []
 
@@ -254,6 +263,7 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
     """
     if rate <= 0:
         raise BenchmarkError(f"open-loop rate must be > 0, got {rate}")
+    _settle_heap()
     stop = threading.Event()
     pending: "queue.SimpleQueue[Optional[Tuple[float, Payload]]]" = queue.SimpleQueue()
     samples: List[Sample] = []

@@ -60,16 +60,16 @@ def sentences(s: dict) -> List[str]:
     """The verdict at the p99 target, then the peak comparison."""
     ours, stock, slo = s["ours"], s["stock"], s["slo_ms"]
     if ours["slo_rps"]:
-        verdict = f"At p99 <= {slo:g} ms ours serves {ours['slo_rps']:.1f} req/s"
+        verdict = f"At p99 <= {slo:g} ms (open loop) ours serves {ours['slo_rps']:.1f} req/s"
         if stock is None:
             verdict += " (stock baseline not measured)"
         elif stock["slo_rps"]:
             verdict += f", {s['speedup_at_slo']:.1f}x the stock baseline ({stock['slo_rps']:.1f} req/s)"
         else:
-            verdict += ", while the stock baseline meets that p99 at none of its measured loads"
+            verdict += ", while the stock baseline meets that p99 at none of its measured open-loop rates"
         verdict += f", at {s['efficiency_at_slo']:.0%} of the in-process limit ({s['inprocess_items_per_s']:.1f} items/s)."
     else:
-        verdict = f"Ours meets p99 <= {slo:g} ms at none of the measured points."
+        verdict = f"Ours meets p99 <= {slo:g} ms at none of the measured open-loop rates."
     peak = (f"At peak ours serves {_fmt(ours['peak_rps'])} req/s (p99 {_fmt(ours['peak_p99_ms'], 0)} ms, "
             f"{ours['peak_point']}), {_pct(s['efficiency_at_peak'])} of the in-process limit")
     if stock:
@@ -134,7 +134,7 @@ def markdown(report: dict) -> str:
               f"| {s['inprocess_items_per_s']:.1f} |",
               f"| p99 at peak (ms) | {_fmt(s['ours']['peak_p99_ms'], 0)} | "
               f"{_fmt((s['stock'] or {}).get('peak_p99_ms'), 0)} | |",
-              f"| req/s at p99 <= {s['slo_ms']:g} ms | {_fmt(s['ours']['slo_rps'])} | "
+              f"| req/s at p99 <= {s['slo_ms']:g} ms (open loop) | {_fmt(s['ours']['slo_rps'])} | "
               f"{_fmt((s['stock'] or {}).get('slo_rps'))} | |",
               f"| speedup over stock (peak / at target) | {_x(s['speedup_at_peak'])} / {_x(s['speedup_at_slo'])} | | |",
               f"| share of the in-process limit (peak / at target) | {_pct(s['efficiency_at_peak'])} / "

@@ -153,10 +153,12 @@ def peak(points: Sequence[Point]) -> Optional[dict]:
 
 
 def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
-    """The highest-throughput point with no failed or unanswered request whose p99 is within slo_ms."""
+    """The highest-throughput open-loop point with no failed or unanswered request whose p99 is
+    within slo_ms. Closed-loop points do not count: their clients wait for answers before sending,
+    so their p99 hides the queueing a latency target is about (coordinated omission)."""
     fitting = [p.figures for p in points
-               if p.figures["latency_ms"] and not p.figures["errors"] and not p.figures["unanswered"]
-               and p.figures["latency_ms"]["p99_ms"] <= slo_ms]
+               if p.figures["mode"] == "open" and p.figures["latency_ms"] and not p.figures["errors"]
+               and not p.figures["unanswered"] and p.figures["latency_ms"]["p99_ms"] <= slo_ms]
     return max(fitting, key=lambda f: f["throughput_rps"], default=None)
 
 

@@ -80,11 +80,24 @@ def stage_files(entry: ModelEntry, root: Path, stage: Path, extras: dict) -> Pat
     return content
 
 
-def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: Path) -> Path:
+def generate_archive(config, stage: Path) -> None:
+    """ModelArchiver.generate_model_archive with its scratch folder inside `stage`.
+
+    The archiver stages into tempfile.gettempdir()/<model name> and deletes that folder first:
+    pointing it at our private stage keeps parallel builds and unrelated /tmp folders safe.
+    """
     from model_archiver.model_archiver import ModelArchiver
+
+    saved, tempfile.tempdir = tempfile.tempdir, str(stage)
+    try:
+        ModelArchiver.generate_model_archive(config)
+    finally:
+        tempfile.tempdir = saved
+
+
+def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: Path) -> Path:
     from model_archiver.model_archiver_config import ModelArchiverConfig
 
-    config_file = stage / "model-config.yaml"
     config = ModelArchiverConfig(
         model_name=entry.name,
         handler=str(content / entry.handler),
@@ -92,16 +105,10 @@ def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: P
         serialized_file=str(weights),
         extra_files=str(content),
         export_path=str(out),
-        config_file=str(config_file),
+        config_file=str(stage / "model-config.yaml"),
         force=True,
     )
-    # The archiver stages into tempfile.gettempdir()/<model name> and deletes that folder first:
-    # point it at our private stage so parallel builds and unrelated /tmp folders are safe.
-    saved, tempfile.tempdir = tempfile.tempdir, str(stage)
-    try:
-        ModelArchiver.generate_model_archive(config)
-    finally:
-        tempfile.tempdir = saved
+    generate_archive(config, stage)
     return out / f"{entry.name}.mar"
 
 

@@ -81,11 +81,13 @@ class ModelHandler:
         if rt.warmup:
             runtime.warm_up(lambda size: self.infer(self.example_batch(size)), self.max_batch_size)
         self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")
+        frozen = runtime.freeze_heap() if rt.freeze_heap else 0
         self.initialized = True
         log.info(
-            "%s ready in %.1fs: device=%s threads=%d (workers=%d) precision=%s graph=%s max_batch=%d",
+            "%s ready in %.1fs: device=%s threads=%d (workers=%d) precision=%s graph=%s max_batch=%d "
+            "frozen_objects=%d",
             self.model_name, time.perf_counter() - started, self.device, self.threads, workers,
-            self._precision_label(), rt.graph, self.max_batch_size,
+            self._precision_label(), rt.graph, self.max_batch_size, frozen,
         )
 
     def _precision_label(self) -> str:

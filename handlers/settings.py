@@ -70,6 +70,7 @@ class RuntimeSettings:
     preprocess_threads: Optional[int] = 1  # decode a batch's requests in parallel; None: = threads
     channels_last: bool = False
     warmup: bool = True
+    freeze_heap: bool = True  # gc.freeze() after start-up: full collections skip the model's objects
     cudnn_benchmark: bool = True
 
     def __post_init__(self):

@@ -53,8 +53,9 @@ def baseline_spec(model: str, root: Path = ROOT) -> BaselineSpec:
 
 def build_baseline(model: str, store: Path, root: Path = ROOT) -> Path:
     """Write <store>/<model>.mar (the stock baseline) and return its path."""
-    from model_archiver.model_archiver import ModelArchiver
     from model_archiver.model_archiver_config import ModelArchiverConfig
+
+    from build.archive import generate_archive
 
     spec = baseline_spec(model, root)
     store.mkdir(parents=True, exist_ok=True)
@@ -74,13 +75,7 @@ def build_baseline(model: str, store: Path, root: Path = ROOT) -> Path:
             export_path=str(store),
             force=True,
         )
-        # The archiver stages in tempfile.gettempdir()/<model name>, deleting that folder first:
-        # keep it inside our own temporary folder.
-        saved, tempfile.tempdir = tempfile.tempdir, str(stage)
-        try:
-            ModelArchiver.generate_model_archive(config)
-        finally:
-            tempfile.tempdir = saved
+        generate_archive(config, stage)
     archive = store / f"{model}.mar"
     if not archive.is_file():
         raise BenchmarkError(f"torch-model-archiver wrote no {archive}")

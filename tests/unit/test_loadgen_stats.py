@@ -272,3 +272,21 @@ def test_process_usage_and_the_rest_of_the_machine():
     assert used["frontend"].cpu_pct == pytest.approx(25.0) and used["workers"].cpu_pct == pytest.approx(100.0)
     assert used["others"].cpu_pct == pytest.approx(75.0)  # 200% busy, 125% of it ours
     assert used["workers"].rss_mb == pytest.approx(300.0) and "machine" not in used
+
+
+def _point(mode: str, rps: float, p99: float, errors: dict = None):
+    from benchmarks.runner import Point
+
+    figures = {"mode": mode, "level": rps, "throughput_rps": rps, "latency_ms": {"p99_ms": p99},
+               "errors": errors or {}, "unanswered": 0}
+    return Point(figures, ())
+
+
+def test_latency_target_counts_open_loop_points_only():
+    from benchmarks.runner import best_within, peak
+
+    points = [_point("closed", 300.0, 40.0), _point("open", 150.0, 45.0), _point("open", 250.0, 80.0),
+              _point("open", 200.0, 30.0, errors={"503": 1})]
+    assert best_within(points, 50.0)["throughput_rps"] == 150.0  # closed 300 has the better p99 but hides queueing
+    assert peak(points)["throughput_rps"] == 300.0
+    assert best_within(points[:1], 50.0) is None

@@ -40,3 +40,14 @@ def test_warm_up_runs_every_batch_size():
     seen = []
     runtime.warm_up(seen.append, 4)
     assert seen == [1, 2, 3, 4]
+
+
+def test_freeze_heap_takes_live_objects_out_of_full_collections():
+    import gc
+
+    try:
+        kept = [[i] for i in range(1000)]  # noqa: F841 - alive during the freeze
+        frozen = runtime.freeze_heap()
+        assert frozen >= 1000 and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
