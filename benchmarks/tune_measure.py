@@ -32,6 +32,8 @@ REPEATS = 3
 # Other processes' CPU during a point (100 = a whole core) above which it is measured again
 # (with --wait-quiet): on 2 cores that is a quarter of the machine gone.
 NOISY_OTHERS_PCT = 50.0
+# A point whose p99 misses the SLO by at most this factor is measured again, longer (ServedMeasurer).
+NEAR_MISS = 1.5
 # /metrics must be Prometheus text with our handler counters picked up (as benchmarks.bench does).
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
 
@@ -223,7 +225,20 @@ class ServedMeasurer:
             wait_for_quiet(self.wait_quiet_s, self.progress, ours=[self._server.java_pid or -1])
             again = self._measure(candidate, rate, overhead)
             point = replace(again, seconds=round(again.seconds + point.seconds, 2))
+        if self._near_miss(point):
+            # The p99 of a short point swings by tens of percent here: in one run the grid's best
+            # candidate missed 50 ms at every rate from 140 to 270 req/s, in the next it kept it at
+            # 275. A near miss is measured again with windows twice as long, and that longer
+            # point decides (more samples per percentile, not a second roll of the dice).
+            self.progress(f"  p99 {point.p99_ms:.1f} ms just over the SLO: measuring again, twice as long")
+            longer = self._measure(candidate, rate, 0.0, window_s=2 * self.load.window_s)
+            point = replace(longer, seconds=round(longer.seconds + point.seconds, 2), overhead_s=point.overhead_s)
         return point
+
+    def _near_miss(self, point: Point) -> bool:
+        """Failed the SLO by at most NEAR_MISS with every request answered at the offered rate."""
+        return (point.p99_ms is not None and self.slo_ms < point.p99_ms <= NEAR_MISS * self.slo_ms
+                and point.errors == 0 and point.achieved_rps >= 0.95 * point.offered_rps)
 
     def _disturbed(self, point: Point) -> bool:
         """Noise only ever slows a server down: a point that passed under it stands, and so does
@@ -234,7 +249,7 @@ class ServedMeasurer:
             point.achieved_rps >= 0.8 * point.offered_rps
         return near and not point.passes(self.slo_ms)
 
-    def _measure(self, candidate: Candidate, rate: float, overhead: float) -> Point:
+    def _measure(self, candidate: Candidate, rate: float, overhead: float, window_s: Optional[float] = None) -> Point:
         server = self._server
         target, payloads = self._target()
         groups = resources.ProcessGroups.for_server(server.java_pid, server.worker_pids(self.model))
@@ -244,9 +259,10 @@ class ServedMeasurer:
 
         self.progress(f"  open loop at {rate:.1f} req/s")
         began = time.perf_counter()
-        result = loadgen.open_loop(target, payloads, rate, self.load.rule, self.load.window_s,
+        window_s = window_s or self.load.window_s
+        result = loadgen.open_loop(target, payloads, rate, self.load.rule, window_s,
                                    self.load.connections, seed=int(rate * 1000) % 2**31,
-                                   drain_s=max(5.0, 2 * self.load.window_s), probe=probe,
+                                   drain_s=max(5.0, 2 * window_s), probe=probe,
                                    progress=lambda line: self.progress(f"  {line.strip()}"))
         point = point_from(result, self.model, candidate, time.perf_counter() - began, overhead)
         p99 = "-" if point.p99_ms is None else f"{point.p99_ms:.1f} ms"

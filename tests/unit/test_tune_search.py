@@ -218,3 +218,38 @@ def test_space_respects_the_cores():
     with pytest.raises(TuneError, match="delay 0"):
         Space(cores=2, workers=(1,), batch_sizes=(4,), delays_ms=(0,))
     assert torchserve_defaults(2).settings().to_json()["maxBatchDelay"] == 100
+
+
+class _ScriptedMeasurer:
+    """A ServedMeasurer whose server and load are replaced by scripted p99s (no TorchServe)."""
+
+    @staticmethod
+    def make(p99s, slo_ms=50.0):
+        from pathlib import Path
+
+        from benchmarks.tune_measure import LoadSettings, ServedMeasurer
+
+        measurer = ServedMeasurer("m", Path("store"), Path("config.properties"), LoadSettings(window_s=2.0),
+                                  progress=lambda _: None, slo_ms=slo_ms)
+        calls, script = [], list(p99s)
+
+        def fake_measure(candidate, rate, overhead, window_s=None):
+            calls.append(window_s or measurer.load.window_s)
+            return Point(candidate.key, rate, rate, rate, 10.0, script.pop(0), 0, seconds=8.0, overhead_s=overhead)
+
+        measurer._start = lambda candidate: 5.0
+        measurer._measure = fake_measure
+        return measurer, calls
+
+
+@pytest.mark.parametrize("p99s, windows, final", [
+    ((40.0,), [2.0], 40.0),  # passes: measured once
+    ((60.0, 45.0), [2.0, 4.0], 45.0),  # near miss: the longer point decides, also when it passes
+    ((60.0, 70.0), [2.0, 4.0], 70.0),  # ... and when it fails
+    ((120.0,), [2.0], 120.0),  # far over the SLO: not worth a second look
+])
+def test_near_misses_are_measured_again_longer(p99s, windows, final):
+    measurer, calls = _ScriptedMeasurer.make(p99s)
+    point = measurer.measure(Candidate(2, 1, 4, 2), 100.0)
+    assert calls == windows and point.p99_ms == final
+    assert point.seconds == 8.0 * len(windows) and point.overhead_s == 5.0
