@@ -72,10 +72,14 @@ class KillResult:
                 f"other processes used {self.others_cpu_pct:.0f}% CPU meanwhile")
 
 
-def _ready_replacement(ts: TorchServe, model: str, killed: int) -> Tuple[int, ...]:
+def _ready_replacement(ts: TorchServe, model: str, before: Tuple[int, ...], killed: int) -> Tuple[int, ...]:
+    """The worker pids once the killed one is gone and a new pid brought the READY count back to
+    what it was before the kill (with several workers a sibling is READY all along); else ()."""
     workers = ts.describe(model)["workers"]
-    if any(w.get("status") == "READY" and w.get("pid") != killed for w in workers):
-        return tuple(int(w["pid"]) for w in workers)
+    listed = {int(w.get("pid") or -1) for w in workers}
+    ready = {int(w["pid"]) for w in workers if w.get("status") == "READY" and w.get("pid")}
+    if killed not in listed and ready - set(before) and len(ready) >= len(before):
+        return tuple(sorted(listed - {-1}))
     return ()
 
 
@@ -83,7 +87,8 @@ def kill_worker_under_load(ts: TorchServe, model: str, concurrency: int = 4, bef
                            after_s: float = 5.0, timeout_s: float = 60.0) -> KillResult:
     """SIGKILL the model's first worker `before_s` into a closed-loop load; keep the load on until
     `after_s` after the replacement is READY."""
-    (victim, *_) = ts.worker_pids(model)
+    before = tuple(ts.worker_pids(model))
+    victim = before[0]
     others = others_meter(ts)
     with ClosedLoop(target(ts, model, timeout_s), payloads(model), concurrency,
                     max_seconds=before_s + RECOVERY_LIMIT_S + after_s + 5) as load:
@@ -93,7 +98,7 @@ def kill_worker_under_load(ts: TorchServe, model: str, concurrency: int = 4, bef
         os.kill(victim, signal.SIGKILL)
         recovered_at, pids = None, ()
         while time.perf_counter() - killed_at < RECOVERY_LIMIT_S:
-            pids = _ready_replacement(ts, model, victim)
+            pids = _ready_replacement(ts, model, before, victim)
             if pids:
                 recovered_at = time.perf_counter()
                 say(f"{model}: new worker READY after {recovered_at - killed_at:.1f} s (pids {pids})")

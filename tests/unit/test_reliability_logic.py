@@ -74,6 +74,28 @@ def test_kill_verdicts():
     assert not KillResult("m", 11, (12,), 8.0, 8.5, Traffic(40, 40, 36), 2).passed
 
 
+
+class _Described:
+    def __init__(self, workers):
+        self.workers = workers
+
+    def describe(self, model):
+        return {"workers": self.workers}
+
+
+@pytest.mark.parametrize("workers, recovered", [
+    ([{"pid": 12, "status": "READY"}], True),  # one worker, replaced
+    ([{"pid": 11, "status": "READY"}], False),  # the killed pid still listed
+    ([{"pid": 13, "status": "READY"}, {"pid": -1, "status": "UNLOADING"}], False),  # sibling only
+    ([{"pid": 13, "status": "READY"}, {"pid": 12, "status": "STARTING"}], False),  # replacement not READY
+    ([{"pid": 13, "status": "READY"}, {"pid": 12, "status": "READY"}], True),
+])
+def test_recovery_waits_for_the_replacement_not_a_sibling(workers, recovered):
+    from benchmarks.faults import _ready_replacement
+
+    before = (11,) if len(workers) == 1 else (11, 13)
+    assert bool(_ready_replacement(_Described(workers), "m", before, 11)) is recovered
+
 def test_corpus_groups_mix_invalid_and_valid_and_cover_every_case():
     corpus = handler_cases()
     groups = mixed_groups(corpus, IMAGE_MODEL, 2)
