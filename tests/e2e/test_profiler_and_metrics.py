@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.inputs import photo_jpegs
 from benchmarks.launcher import TorchServe
+from benchmarks.ts_config import ModelSettings
 from build.archive import build_entry
 from build.catalogue import Catalogue
 
@@ -22,7 +23,11 @@ MODEL = "efficientnet_lite0"
 @pytest.fixture(scope="module")
 def profiled_server():
     build_entry(Catalogue.load(ROOT / "catalogue.yaml"), MODEL, ROOT, ROOT / "model_store", progress=print)
-    with TorchServe(ROOT / "model_store", load=(MODEL,), env={"ENABLE_TORCH_PROFILER": "true"}) as server:
+    # One worker: the profiler's schedule counts the batches of its own worker, and the tuned
+    # config.properties may spread a few requests over several.
+    one_worker = {MODEL: ModelSettings(batch_size=8, max_batch_delay_ms=5, min_workers=1, max_workers=1)}
+    with TorchServe(ROOT / "model_store", models=one_worker, load=(MODEL,),
+                    env={"ENABLE_TORCH_PROFILER": "true"}) as server:
         yield server
 
 
