@@ -214,7 +214,10 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
             break
         progress("[in-process] other processes were busy: measuring again when quiet")
         resources.wait_for_quiet(cfg.plan.wait_quiet_s, progress)
-    return {"items_per_s": row.items_per_s, "batch_size": cfg.settings.batch_size, "threads": threads,
+    # One process per worker, each on its own cores: the served ceiling is the workers' sum.
+    workers = cfg.settings.min_workers
+    return {"items_per_s": row.items_per_s * workers, "per_worker_items_per_s": row.items_per_s,
+            "workers": workers, "batch_size": cfg.settings.batch_size, "threads": threads,
             "batches": row.batches, "seconds": row.seconds, "stage_ms_per_batch": row.stage_ms_per_batch,
             "others_cpu_pct": round(others, 1), "remeasured": attempt == 2}
 

@@ -126,7 +126,8 @@ def markdown(report: dict) -> str:
                  f"{report['results']['stock']['frontend']['workers']} workers x "
                  f"{report['results']['stock']['worker_threads']} torch threads)" if "stock" in report["results"] else ""),
               f"- in-process limit: the same handler without a server, batch {report['reference']['inprocess']['batch_size']}, "
-              f"{report['reference']['inprocess']['threads']} threads: {report['reference']['inprocess']['items_per_s']:.1f} items/s"
+              f"{report['reference']['inprocess']['threads']} threads, x {report['reference']['inprocess'].get('workers', 1)} "
+              f"worker(s): {report['reference']['inprocess']['items_per_s']:.1f} items/s"
               f" (other processes meanwhile: {report['reference']['inprocess'].get('others_cpu_pct', 0):.0f}% of a core)",
               f"- p99 target: {s['slo_ms']:g} ms", ""]
     lines += ["## Summary", "", "| | ours | stock | in-process |", "|---|---|---|---|",
