@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = "efficientnet_lite0"
 BATCH = 4
 # The in-process limit runs for 2 s on a machine shared with other jobs: the served rate may exceed
-# it by noise (measured up to ~1.6x on a 2 s limit), never by a factor.
+# it by noise (one quiet run exceeded 1.5x), never by a factor.
 NOISE = 2.0
 
 
