@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import statistics
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
@@ -230,23 +231,26 @@ class Overhead:
         return self.per_batch_ms + self.per_request_ms * batch_size
 
     @classmethod
-    def fit(cls, observations: Sequence[Tuple[float, float]]) -> "Overhead":
-        """(mean batch size, extra ms per batch) pairs -> a line. Batch sizes less than one
-        request apart cannot tell the two parts apart: the extra time is then split evenly between
-        per batch and per request (measured on this machine both matter; all per batch would make
-        large batches look free, all per request would hide them)."""
-        sizes = [b for b, _ in observations]
-        if max(sizes) - min(sizes) < 1.0:
-            size = sum(sizes) / len(sizes)
-            extra = sum(e for _, e in observations) / len(observations)
-            return cls(extra / 2.0, extra / (2.0 * size))
-        line = LinearServiceTime.fit_signed(observations)
-        if line.c_ms < 0:  # extra time shrinking with the batch size: noise; keep the mean
-            return cls(sum(e for _, e in observations) / len(observations), 0.0)
-        return cls(line.a_ms, line.c_ms)
+    def split_at(cls, batch_size: float, total_ms: float = 1.0) -> "Overhead":
+        """total_ms at this batch size, half of it per batch and half per request: measured here
+        both matter (all per batch would make large batches look free, all per request would hide
+        batching's gain)."""
+        return cls(total_ms / 2.0, total_ms / (2.0 * batch_size))
+
+    def scaled(self, factor: float) -> "Overhead":
+        return Overhead(self.per_batch_ms * factor, self.per_request_ms * factor)
 
     def to_json(self) -> dict:
         return {"per_batch_ms": round(self.per_batch_ms, 3), "per_request_ms": round(self.per_request_ms, 3)}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the server sustained for one measured candidate."""
+
+    candidate: Candidate
+    rate_rps: float  # highest rate within the SLO (or an estimate under the lowest failing one)
+    mean_batch: float  # batch size the server formed there
 
 
 @dataclass(frozen=True)
@@ -284,21 +288,22 @@ class ServiceModel:
     def predict(self, candidate: Candidate, slo_ms: float) -> Prediction:
         return max_rate_within(self.service(candidate), candidate, slo_ms, self.overhead_ms)
 
-    def extra_matching(self, candidate: Candidate, slo_ms: float, measured_rps: float) -> float:
-        """The extra ms per batch (on top of s(b), for this candidate alone) with which its
-        predicted rate equals the measured one."""
+    def scale_matching(self, observation: Observation, slo_ms: float, shape: Overhead) -> float:
+        """The factor on `shape` with which this model predicts what the server sustained."""
+        candidate, measured_rps = observation.candidate, observation.rate_rps
         base = self.by_threads[candidate.threads](candidate.batch_size)
-        low, high = -base, 20.0 * base + 200.0
+        unit = max(shape(candidate.batch_size), 1e-9)
+        low, high = -base / unit, (20.0 * base + 200.0) / unit
 
-        def rate(extra: float) -> float:
-            service = self.service(candidate, lambda b: extra)
+        def rate(factor: float) -> float:
+            service = self.service(candidate, shape.scaled(factor))
             return max_rate_within(service, candidate, slo_ms, self.overhead_ms).rate_rps
 
         if measured_rps <= 0 or rate(high) >= measured_rps:
             return high
         if rate(low) <= measured_rps:
             return low
-        while high - low > max(0.25, 0.01 * base):  # predicted rate falls as the extra grows
+        while (high - low) * unit > max(0.25, 0.01 * base):  # predicted rate falls as the factor grows
             mid = (low + high) / 2.0
             if rate(mid) >= measured_rps:
                 low = mid
@@ -306,9 +311,18 @@ class ServiceModel:
                 high = mid
         return (low + high) / 2.0
 
-    def calibrated(self, observations: Mapping[int, Sequence[Tuple[float, float]]]) -> "ServiceModel":
-        """Workers -> (mean batch size, extra ms) pairs from that many workers' measured candidates."""
-        fitted = {w: Overhead.fit(obs) for w, obs in observations.items() if obs}
+    def calibrated(self, observations: Mapping[int, Sequence[Observation]], slo_ms: float) -> "ServiceModel":
+        """Workers -> what that many workers' measured candidates sustained. One overhead per
+        worker count, shaped at the batch size the servers formed and scaled so that the model
+        predicts what was measured: exactly, for one candidate; for several, the median of their
+        matching scales (one noisy candidate cannot drag the others' estimate). Solved for in the
+        same shape the predictions then use, so the model reproduces its own observations."""
+        fitted = {}
+        for workers, seen in observations.items():
+            if not seen:
+                continue
+            shape = Overhead.split_at(sum(o.mean_batch for o in seen) / len(seen))
+            fitted[workers] = shape.scaled(statistics.median(self.scale_matching(o, slo_ms, shape) for o in seen))
         return replace(self, overhead_by_workers=MappingProxyType(fitted))
 
     def to_json(self) -> dict:

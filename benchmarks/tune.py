@@ -13,7 +13,8 @@ Objective: the highest open-loop (Poisson) throughput whose p99 stays within the
    calibration point (chosen if nothing beats it);
 3. model-guided search: predict every candidate, measure the best predicted one for real,
    recalibrate, repeat until gains fall under --min-gain-pct;
-4. optionally the exhaustive grid of the same space (--grid), to judge the search;
+4. optionally the exhaustive grid of the same space (--grid), to judge the search; when the
+   search's pick is not the grid's best, the two are measured again head to head;
 5. the chosen values written into the models= stanza of --config with a provenance record
    (refused when an archive's model-config.yaml would override config.properties);
 6. verification: TorchServe restarted from the written file, GET /models/<name> checked, the open
@@ -181,7 +182,8 @@ def tune_model(cfg: TuneConfig) -> int:
     from benchmarks.resources import machine_conditions
     from benchmarks.tune_measure import ServedMeasurer, inprocess_fit, wait_for_quiet
     from benchmarks.tune_outcome import build_report, print_summary, write_and_verify
-    from benchmarks.tune_search import evaluate, grid, search
+    from benchmarks.tune_judge import head_to_head
+    from benchmarks.tune_search import best_of, evaluate, grid, search
     from benchmarks.tune_space import torchserve_defaults
     from build.archive import build_entry
     from build.catalogue import Catalogue
@@ -216,7 +218,7 @@ def tune_model(cfg: TuneConfig) -> int:
     fit = checkpoint.fit(measure_fit)
     service = ServiceModel.fit(FitPoint.from_json(p) for p in fit["points"])
     rates = cfg.search_settings.rates
-    defaults_result = grid_results = None
+    defaults_result = grid_results = judged = None
     with ServedMeasurer(cfg.model, store, config, cfg.load, progress=progress, wait_quiet_s=cfg.wait_quiet,
                         slo_ms=slo) as measurer:
         if not cfg.no_defaults:
@@ -230,13 +232,15 @@ def tune_model(cfg: TuneConfig) -> int:
         if cfg.grid:
             grid_results = grid(space.candidates(), slo, measurer.measure, checkpoint, progress=progress,
                                 finish=measurer.finish)
+            judged = head_to_head(result.chosen, best_of(grid_results), slo, measurer.measure, checkpoint,
+                                  progress, measurer.finish)
     conditions = {"before": before, "after": machine_conditions(), "starts": measurer.conditions}
     environment = describe_environment()
 
     written, verification = write_and_verify(cfg, result, defaults_result, environment, archive, checkpoint,
                                              progress)
     report = build_report(cfg, fit, service, result, defaults_result, grid_results, conditions, environment,
-                          written, verification)
+                          written, verification, judged)
     tune_report.write(folder, report)
     print_summary(report, folder)
     if result.chosen is None:

@@ -29,7 +29,8 @@ def _rows(report: dict) -> List[dict]:
         if value is None:
             continue
         out += value if isinstance(value, list) else [value]
-    return out
+    judged = (report.get("grid_comparison") or {}).get("head_to_head")
+    return out + (judged["results"] if judged else [])
 
 
 def write_csv(path: Path, report: dict) -> None:
@@ -122,6 +123,11 @@ def markdown(report: dict) -> str:
                   f"| measurement time, s | {comparison['tuner_s']:.0f} | {comparison['grid_s']:.0f} |",
                   f"| best req/s within SLO | {comparison['tuner_rps']:.1f} (`{comparison['tuner_key']}`) | "
                   f"{comparison['grid_rps']:.1f} (`{comparison['grid_key']}`) |", ""]
+        judged = comparison.get("head_to_head")
+        if judged:
+            lines += ["### Head to head", "", "The pick and the grid's best measured again (not counted as "
+                      "either side's time), alternating so a drift of the machine hits both alike:", ""]
+            lines += _candidate_table(judged["results"], None, False) + [""]
         lines += ["### Grid: every candidate", ""]
         lines += _candidate_table(report["grid"], comparison["grid_key"], False) + [""]
     verification = report.get("verification")

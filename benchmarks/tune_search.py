@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from benchmarks.service_model import Prediction, ServiceModel
+from benchmarks.service_model import Observation, Prediction, ServiceModel
 from benchmarks.tune_checkpoint import Checkpoint
 from benchmarks.tune_space import Candidate
 
@@ -206,19 +206,17 @@ def best_of(results: Sequence[CandidateResult]) -> Optional[CandidateResult]:
     return min(close, key=lambda r: (r.best.p99_ms, -r.throughput_rps))
 
 
-def _observation(model: ServiceModel, result: CandidateResult, slo_ms: float,
-                 rates: RateSettings) -> Tuple[float, float]:
-    """What a measured candidate says about the served overhead: (mean batch size formed, extra
-    ms per batch). With no passing rate at all, the lowest failing one bounds the answer from
-    above, and a step under it is the estimate (an "infinitely slow" reading would condemn every
-    candidate with that many workers on one bad start)."""
+def _observation(result: CandidateResult, rates: RateSettings) -> Observation:
+    """What a measured candidate says about the served overhead. With no passing rate at all, the
+    lowest failing one bounds the answer from above, and a step under it is the estimate (an
+    "infinitely slow" reading would condemn every candidate with that many workers on one bad
+    start)."""
     if result.best is not None:
         rps, size = result.throughput_rps, result.best.mean_batch
     else:
         tried = [p.rate_rps for p in result.points]
         rps, size = (min(tried) / rates.step if tried else 0.0), None
-    extra = model.extra_matching(result.candidate, slo_ms, rps)
-    return (size or float(result.candidate.batch_size), extra)
+    return Observation(result.candidate, rps, size or float(result.candidate.batch_size))
 
 
 def _predicted(model: ServiceModel, result: CandidateResult, slo_ms: float) -> float:
@@ -240,10 +238,10 @@ def search(candidates: Sequence[Candidate], model: ServiceModel, slo_ms: float, 
     in_space = {c.behaviour for c in candidates}
     results: List[CandidateResult] = []
     base = model  # observations are always read against the uncalibrated model
-    observations: Dict[int, List[Tuple[float, float]]] = {}
+    observations: Dict[int, List[Observation]] = {}
     for known in prior:
-        observations.setdefault(known.candidate.workers, []).append(_observation(base, known, slo_ms, settings.rates))
-    model = base.calibrated(observations) if observations else base
+        observations.setdefault(known.candidate.workers, []).append(_observation(known, settings.rates))
+    model = base.calibrated(observations, slo_ms) if observations else base
     measured = {known.candidate.behaviour for known in prior}
     choosable = [known for known in prior if known.candidate.behaviour in in_space]
     stale = 0
@@ -288,9 +286,8 @@ def search(candidates: Sequence[Candidate], model: ServiceModel, slo_ms: float, 
         measured.add(nxt.candidate.behaviour)
         improved = best is None or result.throughput_rps > best.throughput_rps * gain
         stale = 0 if improved else stale + 1
-        observations.setdefault(nxt.candidate.workers, []).append(
-            _observation(base, result, slo_ms, settings.rates))
-        model = base.calibrated(observations)
+        observations.setdefault(nxt.candidate.workers, []).append(_observation(result, settings.rates))
+        model = base.calibrated(observations, slo_ms)
         overhead = model.overhead(nxt.candidate.workers)
         progress(f"candidate {len(results)}: {result.throughput_rps:.1f} req/s within the SLO "
                  f"(predicted {nxt.rate_rps:.1f}); served overhead with {nxt.candidate.workers} worker(s) now "

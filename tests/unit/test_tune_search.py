@@ -8,7 +8,8 @@ from types import MappingProxyType
 
 import pytest
 
-from benchmarks.service_model import LinearServiceTime, ServiceModel, max_rate_within, simulate
+from benchmarks.service_model import (LinearServiceTime, Observation, Overhead, ServiceModel, max_rate_within,
+                                      simulate)
 from benchmarks.tune_checkpoint import Checkpoint
 from benchmarks.tune_errors import CheckpointError, TuneError
 from benchmarks.tune_search import (GRID_RATES, Point, RateSettings, SearchSettings, best_of, find_max_rate, grid,
@@ -115,10 +116,27 @@ def test_defaults_as_prior_calibrate_and_can_win(truth):
     assert all(r.candidate.behaviour != prior.candidate.behaviour for r in result.results[1:])  # not twice
     assert truth[result.chosen.candidate.key] >= 0.95 * max(truth.values())
     # The defaults alone calibrate 2 workers; 1 worker keeps the benefit of the doubt until measured.
-    only_prior = FITTED.calibrated({2: [(1.0, 3.0)]})
-    assert only_prior.overhead(2)(1) == 3.0 and only_prior.overhead(1)(4) == 0.0
-    assert only_prior.overhead(2)(4) == 7.5  # one batch size seen: split between per batch and per request
-    assert FITTED.overhead(1)(4) == 0.0
+    seen = Observation(defaults, prior.throughput_rps, prior.best.mean_batch)
+    only_prior = FITTED.calibrated({2: [seen]}, SLO_MS)
+    assert only_prior.overhead(1)(4) == 0.0 and FITTED.overhead(1)(4) == 0.0
+    overhead = only_prior.overhead(2)
+    assert overhead.per_batch_ms == pytest.approx(overhead.per_request_ms * prior.best.mean_batch)  # split evenly
+    # Self-consistent: the calibrated model predicts what was measured (within the fit's tolerance)
+    assert only_prior.predict(defaults, SLO_MS).rate_rps == pytest.approx(prior.throughput_rps, rel=0.05)
+
+
+def test_calibration_reproduces_each_observation_and_resists_one_outlier():
+    a, b, c = Candidate(2, 1, 8, 2), Candidate(2, 1, 4, 2), Candidate(2, 1, 2, 10)
+    one = FITTED.calibrated({2: [Observation(a, 120.0, 2.0)]}, SLO_MS)
+    assert one.predict(a, SLO_MS).rate_rps == pytest.approx(120.0, rel=0.05)
+    # Two agreeing candidates and one far-off reading: the median scale follows the two.
+    agreeing = FITTED.calibrated({2: [Observation(a, 120.0, 2.0), Observation(b, 120.0, 2.0)]}, SLO_MS)
+    noisy = FITTED.calibrated({2: [Observation(a, 120.0, 2.0), Observation(b, 120.0, 2.0),
+                                   Observation(c, 5.0, 2.0)]}, SLO_MS)
+    low, high = sorted(FITTED.scale_matching(Observation(k, 120.0, 2.0), SLO_MS, Overhead.split_at(2.0))
+                       for k in (a, b))
+    assert low * 0.999 <= noisy.overhead(2)(2) <= high * 1.001
+    assert agreeing.overhead(2)(2) == pytest.approx((low + high) / 2, rel=1e-6)
 
 
 def test_interrupted_search_resumes_without_measuring_twice(tmp_path):
