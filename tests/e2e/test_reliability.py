@@ -27,7 +27,7 @@ def verdict(result) -> str:
 
 @pytest.fixture(scope="module")
 def shipped(model_store):
-    """The shipped config.properties (batchSize 8, token auth, model API off), both models; the
+    """The shipped config.properties (tuned models= stanza, token auth, model API off), both models; the
     JVM gets the soak's heap settings so that RSS measures footprint (benchmarks/soak.py)."""
     with TorchServe(model_store, wait_for=(IMAGE, TEXT), extra_properties=soak.soak_vmargs()) as ts:
         yield ts
