@@ -94,16 +94,6 @@ class LinearServiceTime:
             a = 0.0 if a < 0 else max(mean_s - c * mean_b, 0.0)
         return cls(a, c)
 
-    @classmethod
-    def fit_signed(cls, points: Sequence[Tuple[float, float]]) -> "LinearServiceTime":
-        """Plain least squares, any signs (for differences, not for service times)."""
-        n = len(points)
-        mean_b = sum(b for b, _ in points) / n
-        mean_s = sum(s for _, s in points) / n
-        var = sum((b - mean_b) ** 2 for b, _ in points)
-        c = sum((b - mean_b) * (s - mean_s) for b, s in points) / var if var > 0 else 0.0
-        return cls(mean_s - c * mean_b, c)
-
     def to_json(self) -> dict:
         return {"a_ms": round(self.a_ms, 4), "c_ms": round(self.c_ms, 4)}
 
