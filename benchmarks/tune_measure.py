@@ -23,7 +23,7 @@ from benchmarks import loadgen, resources, runner, server_metrics
 from benchmarks.launcher import TorchServe
 from benchmarks.service_model import FitPoint
 from benchmarks.stats import StabilityRule
-from benchmarks.tune_search import Point
+from benchmarks.tune_search import KEEP_UP, Point
 from benchmarks.tune_space import Candidate
 
 Progress = Callable[[str], None]
@@ -238,7 +238,7 @@ class ServedMeasurer:
     def _near_miss(self, point: Point) -> bool:
         """Failed the SLO by at most NEAR_MISS with every request answered at the offered rate."""
         return (point.p99_ms is not None and self.slo_ms < point.p99_ms <= NEAR_MISS * self.slo_ms
-                and point.errors == 0 and point.achieved_rps >= 0.95 * point.offered_rps)
+                and point.errors == 0 and point.achieved_rps >= KEEP_UP * point.offered_rps)
 
     def _disturbed(self, point: Point) -> bool:
         """Noise only ever slows a server down: a point that passed under it stands, and so does

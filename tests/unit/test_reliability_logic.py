@@ -74,7 +74,6 @@ def test_kill_verdicts():
     assert not KillResult("m", 11, (12,), 8.0, 8.5, Traffic(40, 40, 36), 2).passed
 
 
-
 class _Described:
     def __init__(self, workers):
         self.workers = workers
@@ -95,6 +94,7 @@ def test_recovery_waits_for_the_replacement_not_a_sibling(workers, recovered):
 
     before = (11,) if len(workers) == 1 else (11, 13)
     assert bool(_ready_replacement(_Described(workers), "m", before, 11)) is recovered
+
 
 def test_corpus_groups_mix_invalid_and_valid_and_cover_every_case():
     corpus = handler_cases()
