@@ -52,7 +52,7 @@ serve: build java-check
 	@mkdir -p logs
 	$(TS) --start --model-store model_store --ts-config config.properties --ncs > logs/console.log 2>&1 \
 	  || { tail -n 20 logs/console.log >&2; exit 1; }
-	@$(PY) -m benchmarks.serve_wait || { $(TS) --stop; exit 1; }
+	@$(PY) -m benchmarks.serving.serve_wait || { $(TS) --stop; exit 1; }
 
 # --foreground makes --stop wait (up to 60 s) until the server has exited.
 stop: $(STAMP)
@@ -77,7 +77,7 @@ test-e2e: build java-check
 
 # Handler settings against the naive path, in-process (no server): items/s and ratios, plus a plot.
 bench-inprocess: build
-	$(PY) -m benchmarks.inprocess $(ARGS)
+	$(PY) -m benchmarks.bench.inprocess $(ARGS)
 
 # A real benchmark: its own servers on free loopback ports; `$(PY) -m benchmarks.bench --help` lists ARGS.
 bench: build java-check
@@ -91,7 +91,7 @@ tune: build java-check
 
 # Reliability and security on real servers (own ports and temp dirs): the bad-input corpus, a worker
 # SIGKILLed under load, broken archives, 3x overload on a small job queue, a short soak, token auth
-# and limits; prints one table (benchmarks/reports/reliability-*/). Long soak: python -m benchmarks.soak
+# and limits; prints one table (benchmarks/reports/reliability-*/). Long soak: python -m benchmarks.reliability.soak
 reliability: build java-check
 	$(PY) -m benchmarks.reliability $(ARGS)
 

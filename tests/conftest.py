@@ -8,13 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.serving.repo import REPO_ROOT, MODEL_STORE
 
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
-    return ROOT
+    return REPO_ROOT
 
 
 def _skimage_photo(name: str) -> Path:
@@ -44,7 +43,7 @@ def model_store() -> Path:
     began = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "build"],
-        cwd=ROOT,
+        cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -53,4 +52,4 @@ def model_store() -> Path:
     if proc.returncode != 0:
         pytest.fail(f"python -m build exited {proc.returncode}:\n{proc.stdout[-4000:]}", pytrace=False)
     print(f"\n[build] archives ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
-    return ROOT / "model_store"
+    return MODEL_STORE

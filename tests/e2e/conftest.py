@@ -2,7 +2,7 @@
 
 Package scope: the one server lives while tests/e2e runs and is stopped before tests/unit starts.
 
-Started through benchmarks.launcher (the same launcher the benchmarks and the tuner use): temp
+Started through benchmarks.serving.launcher (the same launcher the benchmarks and the tuner use): temp
 working directory, free loopback ports, token auth on, always stopped.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.launcher import TorchServe
-from benchmarks.ts_config import ServerConfig
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.ts_config import ServerConfig
 
 MODELS = ("efficientnet_lite0", "minilm")
 

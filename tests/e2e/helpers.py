@@ -13,7 +13,7 @@ import numpy as np
 import requests
 from PIL import Image
 
-from benchmarks.launcher import TorchServe
+from benchmarks.serving.launcher import TorchServe
 
 CAT_LABELS = {"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"}  # ImageNet 281-285
 WORKER_DEATH = re.compile(r"worker died|worker disconnected|backend worker process died", re.IGNORECASE)

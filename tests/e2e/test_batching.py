@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from benchmarks.launcher import TorchServe
-from benchmarks.ts_config import ModelSettings
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.ts_config import ModelSettings
 from tests.e2e.conftest import MODELS
 from tests.e2e.helpers import (
     CAT_LABELS,

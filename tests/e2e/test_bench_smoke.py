@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.resources import NOISY_OTHERS_PCT
+from benchmarks.serving.resources import NOISY_OTHERS_PCT
+from benchmarks.serving.repo import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "efficientnet_lite0"
 BATCH = 4
 # The in-process limit runs for 2 s on a machine shared with other jobs: the served rate may exceed
@@ -27,7 +27,7 @@ def report_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("reports")
     command = [sys.executable, "-m", "benchmarks.bench", "--model", MODEL, "--smoke", "--batch-size", str(BATCH),
                "--max-batch-delay", "10", "--workers", "1", "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=420, check=False)
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=420, check=False)
     assert done.returncode == 0, f"bench exited {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"
     assert "report:" in done.stdout and "At peak ours serves" in done.stdout
     folders = list(out.iterdir())

@@ -8,25 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.inputs import photo_jpegs
-from benchmarks.launcher import TorchServe
-from benchmarks.ts_config import ModelSettings
+from benchmarks.load.inputs import photo_jpegs
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.ts_config import ModelSettings
 from build.archive import build_entry
 from build.catalogue import Catalogue
+from benchmarks.serving.repo import REPO_ROOT, CATALOGUE, MODEL_STORE
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "efficientnet_lite0"
 
 
 @pytest.fixture(scope="module")
 def profiled_server():
-    build_entry(Catalogue.load(ROOT / "catalogue.yaml"), MODEL, ROOT, ROOT / "model_store", progress=print)
+    build_entry(Catalogue.load(CATALOGUE), MODEL, REPO_ROOT, MODEL_STORE, progress=print)
     # One worker: the profiler's schedule counts the batches of its own worker, and the tuned
     # config.properties may spread a few requests over several.
     one_worker = {MODEL: ModelSettings(batch_size=8, max_batch_delay_ms=5, min_workers=1, max_workers=1)}
-    with TorchServe(ROOT / "model_store", models=one_worker, load=(MODEL,),
+    with TorchServe(MODEL_STORE, models=one_worker, load=(MODEL,),
                     env={"ENABLE_TORCH_PROFILER": "true"}) as server:
         yield server
 

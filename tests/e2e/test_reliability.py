@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import badinput, faults, overload, security, soak
-from benchmarks.launcher import TorchServe
-from benchmarks.traffic import capacity
+from benchmarks.reliability import badinput, faults, overload, security, soak
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.load.traffic import capacity
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ def verdict(result) -> str:
 @pytest.fixture(scope="module")
 def shipped(model_store):
     """The shipped config.properties (tuned models= stanza, token auth, model API off), both models; the
-    JVM gets the soak's heap settings so that RSS measures footprint (benchmarks/soak.py)."""
+    JVM gets the soak's heap settings so that RSS measures footprint (benchmarks/reliability/soak.py)."""
     with TorchServe(model_store, wait_for=(IMAGE, TEXT), extra_properties=soak.soak_vmargs()) as ts:
         yield ts
 
@@ -47,7 +47,7 @@ def test_security_on_the_shipped_config(shipped):
 def test_short_soak(shipped, soak_report):
     # Half the measured capacity, not the soak command's 70%: a 6 s capacity reading on a 2-core
     # machine that CI may share swings by tens of percent, and this short form checks loss and
-    # growth, not the operating point (`python -m benchmarks.soak` runs the full 70% soak).
+    # growth, not the operating point (`python -m benchmarks.reliability.soak` runs the full 70% soak).
     result = soak.soak(shipped, IMAGE, SOAK_MINUTES, capacity(shipped, IMAGE, seconds=6.0), fraction=0.5,
                        warmup_s=15.0)
     soak.write_report(result, soak_report)

@@ -17,20 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import properties
-from benchmarks.config_writer import find_stanza
-from benchmarks.ts_config import ServerConfig
+from benchmarks.serving import properties
+from benchmarks.tune.config_writer import find_stanza
+from benchmarks.serving.ts_config import ServerConfig
+from benchmarks.serving.repo import REPO_ROOT, DEFAULT_CONFIG
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "minilm"
 TIMEOUT_S = 420
 
 
 def run_tune(*args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "benchmarks.tune", *args]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
 def outside_stanza(text: str) -> list:
@@ -42,7 +42,7 @@ def outside_stanza(text: str) -> list:
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory, model_store):
     tmp = tmp_path_factory.mktemp("tune")
-    root_before = (ROOT / "config.properties").read_bytes()
+    root_before = (DEFAULT_CONFIG).read_bytes()
     config = tmp / "config.properties"
     config.write_bytes(root_before)
     began = time.monotonic()
@@ -54,7 +54,7 @@ def tuned(tmp_path_factory, model_store):
                     "--warmup-s", "1", "--fit-seconds", "0.5", "--max-candidates", "1", "--max-points", "3")
     seconds = time.monotonic() - began
     assert done.returncode in (0, 1), f"tune exited {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
-    assert (ROOT / "config.properties").read_bytes() == root_before, "the real root config.properties changed"
+    assert (DEFAULT_CONFIG).read_bytes() == root_before, "the real root config.properties changed"
     folders = list((tmp / "reports").iterdir())
     assert len(folders) == 1 and folders[0].name.startswith(f"tune-{MODEL}-")
     return {"done": done, "config": config, "original": root_before.decode(), "folder": folders[0],

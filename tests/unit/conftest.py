@@ -12,18 +12,17 @@ from PIL import Image
 from build.archive import build_entry
 from build.catalogue import Catalogue
 
-from benchmarks.bare_context import FakeContext, extract
-
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.bench.bare_context import FakeContext, extract
+from benchmarks.serving.repo import REPO_ROOT, CATALOGUE, MODEL_STORE
 
 
 @pytest.fixture(scope="session")
 def archive_dirs(tmp_path_factory):
     """model name -> folder holding the extracted real archive."""
-    catalogue = Catalogue.load(ROOT / "catalogue.yaml")
+    catalogue = Catalogue.load(CATALOGUE)
     dirs = {}
     for name in catalogue.names:
-        result = build_entry(catalogue, name, ROOT, ROOT / "model_store", progress=lambda _: None)
+        result = build_entry(catalogue, name, REPO_ROOT, MODEL_STORE, progress=lambda _: None)
         dirs[name] = extract(result.archive, tmp_path_factory.mktemp(name))
     return dirs
 
@@ -32,7 +31,7 @@ def archive_dirs(tmp_path_factory):
 def eager_archive_dirs(tmp_path_factory):
     """model name -> extracted archive of the same entry exported as an eager state dict
     (the fp32 reference runs from these: a TorchScript archive has its precision baked in)."""
-    from benchmarks.inprocess import extracted_archive
+    from benchmarks.bench.inprocess import extracted_archive
 
     into = tmp_path_factory.mktemp("eager")
     return {name: extracted_archive(name, "state_dict", into) for name in ("efficientnet_lite0", "minilm")}

@@ -9,12 +9,12 @@ import yaml
 
 from build.__main__ import main as build_main
 from build.archive import archived_frontend_keys
+from benchmarks.serving.repo import CATALOGUE
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
 # State-dict export: quick to build, and its weights file can be checked with torch.load.
-IMAGE = {**yaml.safe_load((ROOT / "catalogue.yaml").read_text())["models"]["efficientnet_lite0"],
+IMAGE = {**yaml.safe_load((CATALOGUE).read_text())["models"]["efficientnet_lite0"],
          "serialisation": "state_dict"}
 
 
@@ -98,7 +98,7 @@ def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
     from handlers.image_classifier import ImageClassifier
 
     from .conftest import make_handler
-    from benchmarks.bare_context import extract
+    from benchmarks.bench.bare_context import extract
 
     entry = with_changes(serialisation="torchscript", settings={**IMAGE["settings"], "runtime": {"precision": "fp32"}})
     store = tmp_path / "store"

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks import properties
-from benchmarks.config_writer import (HEADER, Provenance, Update, check_archives, find_stanza, rewrite,
+from benchmarks.serving import properties
+from benchmarks.tune.config_writer import (HEADER, Provenance, Update, check_archives, find_stanza, rewrite,
                                       write_config)
-from benchmarks.ts_config import ModelSettings, ServerConfig
-from benchmarks.tune_errors import ConfigWriteError
+from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+from benchmarks.tune.errors import ConfigWriteError
+from benchmarks.serving.repo import DEFAULT_CONFIG
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
 
 SAMPLE = """\
 # A hand-written config, comments and odd spacing included.
@@ -102,7 +102,7 @@ def test_rewrite_is_idempotent():
 
 def test_root_config_round_trip(tmp_path):
     """The real root file: a tuned model changes its four values and nothing else anywhere."""
-    text = (ROOT / "config.properties").read_text()
+    text = (DEFAULT_CONFIG).read_text()
     new = rewrite(text, [Update("efficientnet_lite0", TUNED)], [record("efficientnet_lite0")])
     assert outside(new) == outside(text)
     before, after = properties.parse(text), properties.parse(new)

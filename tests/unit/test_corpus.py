@@ -13,7 +13,7 @@ import pytest
 
 from handlers.image_classifier import ImageClassifier
 from handlers.text_embedder import TextEmbedder
-from tests.corpus import HANDLER, IMAGE_MODEL, TEXT_MODEL, cases, handler_cases, worker_input
+from benchmarks.reliability.corpus import HANDLER, IMAGE_MODEL, TEXT_MODEL, cases, handler_cases, worker_input
 
 from .conftest import make_handler
 

@@ -19,8 +19,8 @@ from handlers.errors import HandlerError
 from handlers.image_decode import decode_image
 from handlers.settings import ImageSettings, TextSettings
 from handlers.text_embedder import _VISIBLE, text_from_body
-from tests.corpus.case import worker_input
-from tests.corpus.imagebytes import encode, photo
+from benchmarks.reliability.corpus.case import worker_input
+from benchmarks.reliability.corpus.imagebytes import encode, photo
 
 pytestmark = pytest.mark.unit
 

@@ -63,7 +63,7 @@ def test_top1_agrees_with_fp32_reference(served, reference):
     same; where two classes are within 0.05 (the astronaut: 'bobsled' 0.13 vs 'football helmet'
     0.12) bf16 rounding and draft decoding may swap them, so the served top-1 must be one of the two.
     """
-    from benchmarks.inputs import photo_bytes, photo_jpegs
+    from benchmarks.load.inputs import photo_bytes, photo_jpegs
 
     photos = {**photo_bytes(), **photo_jpegs()}
     ours = served[0].handle([{"body": b} for b in photos.values()], served[1])

@@ -4,14 +4,14 @@ from types import MappingProxyType
 
 import pytest
 
-from benchmarks.badinput import mixed_groups
-from benchmarks.faults import KillResult
-from benchmarks.overload import OverloadResult, p99_bound_ms
-from benchmarks.reliability import Findings, table
-from benchmarks.soak import Point, SoakResult
-from benchmarks.stats import NO_RESPONSE, Sample
-from benchmarks.traffic import Traffic
-from tests.corpus import IMAGE_MODEL, handler_cases
+from benchmarks.reliability.badinput import mixed_groups
+from benchmarks.reliability.faults import KillResult
+from benchmarks.reliability.overload import OverloadResult, p99_bound_ms
+from benchmarks.reliability.findings import Findings, table
+from benchmarks.reliability.soak import Point, SoakResult
+from benchmarks.load.stats import NO_RESPONSE, Sample
+from benchmarks.load.traffic import Traffic
+from benchmarks.reliability.corpus import IMAGE_MODEL, handler_cases
 
 pytestmark = pytest.mark.unit
 
@@ -90,7 +90,7 @@ class _Described:
     ([{"pid": 13, "status": "READY"}, {"pid": 12, "status": "READY"}], True),
 ])
 def test_recovery_waits_for_the_replacement_not_a_sibling(workers, recovered):
-    from benchmarks.faults import _ready_replacement
+    from benchmarks.reliability.faults import _ready_replacement
 
     before = (11,) if len(workers) == 1 else (11, 13)
     assert bool(_ready_replacement(_Described(workers), "m", before, 11)) is recovered
@@ -114,7 +114,7 @@ def test_table_lists_every_row_with_a_verdict():
 
 
 def test_soak_server_keeps_the_configs_vmargs_and_adds_its_heap_settings(tmp_path):
-    from benchmarks.soak import soak_vmargs
+    from benchmarks.reliability.soak import soak_vmargs
 
     config = tmp_path / "config.properties"
     config.write_text("vmargs=-Xmx1g\n")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.security import _is_loopback, pickled_payload_outcome, torch_load_calls
+from benchmarks.reliability.security import _is_loopback, pickled_payload_outcome, torch_load_calls
 
 pytestmark = pytest.mark.unit
 

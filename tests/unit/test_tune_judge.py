@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.tune_checkpoint import Checkpoint
-from benchmarks.tune_judge import head_to_head
-from benchmarks.tune_outcome import grid_comparison
-from benchmarks.tune_search import CandidateResult, Point, SearchResult
-from benchmarks.tune_space import Candidate
+from benchmarks.tune.checkpoint import Checkpoint
+from benchmarks.tune.judge import head_to_head
+from benchmarks.tune.outcome import grid_comparison
+from benchmarks.tune.search import CandidateResult, Point, SearchResult
+from benchmarks.tune.space import Candidate
 
 pytestmark = pytest.mark.unit
 

@@ -8,13 +8,13 @@ from types import MappingProxyType
 
 import pytest
 
-from benchmarks.service_model import (LinearServiceTime, Observation, Overhead, ServiceModel, max_rate_within,
+from benchmarks.tune.service_model import (LinearServiceTime, Observation, Overhead, ServiceModel, max_rate_within,
                                       simulate)
-from benchmarks.tune_checkpoint import Checkpoint
-from benchmarks.tune_errors import CheckpointError, TuneError
-from benchmarks.tune_search import (GRID_RATES, Point, RateSettings, SearchSettings, best_of, find_max_rate, grid,
+from benchmarks.tune.checkpoint import Checkpoint
+from benchmarks.tune.errors import CheckpointError, TuneError
+from benchmarks.tune.search import (GRID_RATES, Point, RateSettings, SearchSettings, best_of, find_max_rate, grid,
                                     search)
-from benchmarks.tune_space import Candidate, Space, preset, torchserve_defaults
+from benchmarks.tune.space import Candidate, Space, preset, torchserve_defaults
 
 pytestmark = pytest.mark.unit
 
@@ -106,7 +106,7 @@ def test_search_finds_the_known_optimum_cheaply(world):
 def test_defaults_as_prior_calibrate_and_can_win(truth):
     defaults = torchserve_defaults(2)
     server = SyntheticServer()
-    from benchmarks.tune_search import evaluate
+    from benchmarks.tune.search import evaluate
 
     checkpoint = Checkpoint(None, {})
     prior = evaluate(defaults, 50.0, SLO_MS, server, checkpoint, "defaults", RateSettings())
@@ -245,7 +245,7 @@ class _ScriptedMeasurer:
     def make(p99s, slo_ms=50.0):
         from pathlib import Path
 
-        from benchmarks.tune_measure import LoadSettings, ServedMeasurer
+        from benchmarks.tune.measure import LoadSettings, ServedMeasurer
 
         measurer = ServedMeasurer("m", Path("store"), Path("config.properties"), LoadSettings(window_s=2.0),
                                   progress=lambda _: None, slo_ms=slo_ms)

@@ -1,0 +1,310 @@
+"""Benchmark one model on a real TorchServe, with the in-process limit and the stock baseline
+measured in the same run.
+
+    python -m benchmarks.bench --model minilm
+    python -m benchmarks.bench --model efficientnet_lite0 --batch-size 8 --max-batch-delay 20 --workers 1
+    make bench MODEL=minilm ARGS="--window-s 3"
+
+Steps: (1) the in-process limit: our handler's batched throughput with no server, same batch size
+and threads; (2) ours: a TorchServe on free loopback ports with the given per-model values, a
+closed-loop concurrency sweep (1, 2, 4, ... until throughput rises by <5%), then open-loop Poisson
+points at fractions of the peak; (3) the stock baseline (naive handlers, TorchServe defaults)
+through the same load. Each point runs in windows until the stability rule holds. Servers are
+stopped on every exit path. Writes benchmarks/reports/<model>-<time>/ (report.json, results.csv,
+report.md, PNG plots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Optional, Sequence
+
+from benchmarks.serving.errors import BenchmarkError, LauncherError
+from build.errors import BuildError
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.load.runner import LoadPlan, ServerRun
+from benchmarks.load.stats import StabilityRule
+from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+from benchmarks.serving.repo import REPO_ROOT, CATALOGUE, MODEL_STORE, DEFAULT_CONFIG, REPORTS
+
+# The benchmark reads /metrics: Prometheus format, and our handlers' counters picked up unannounced.
+METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
+# Under TorchServe's defaults only the metrics format is changed.
+STOCK_PROPERTIES = "metrics_mode=prometheus\n"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model: str
+    settings: ModelSettings  # ours: batch size, max batch delay, workers
+    threads: Optional[int]  # intra-op threads per worker; None: as the archive says (auto: cores/workers)
+    plan: LoadPlan
+    stock_plan: LoadPlan  # open-loop rates always relative to the baseline's own peak
+    slo_ms: float
+    base_config: Path
+    inprocess_s: float
+    stock: bool
+    stock_workers: Optional[int]  # None: TorchServe's default (one per CPU)
+    out: Path
+    smoke: bool
+    command: str
+
+
+def _numbers(kind):
+    def parse(text: str):
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        if not values or any(v <= 0 for v in values):
+            raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+        return values
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="a catalogue model (catalogue.yaml)")
+    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                   help="base config.properties for ours (default: the repo's)")
+    g = p.add_argument_group("our server (defaults: the config's models= entry for the model)")
+    g.add_argument("--batch-size", type=int, help="TorchServe batchSize")
+    g.add_argument("--max-batch-delay", type=int, metavar="MS", help="TorchServe maxBatchDelay")
+    g.add_argument("--workers", type=int, help="minWorkers = maxWorkers")
+    g.add_argument("--threads", type=int, help="intra-op threads per worker (default: the archive's setting)")
+    g = p.add_argument_group("load")
+    g.add_argument("--concurrency", type=_numbers(int), metavar="N,N,...",
+                   help="closed-loop levels, all run (default: sweep 1, 2, 4, ... until the gain is small)")
+    g.add_argument("--max-concurrency", type=int, default=64, help="sweep limit (default: %(default)s)")
+    g.add_argument("--min-gain-pct", type=float, default=5.0,
+                   help="the sweep stops when throughput rises by less (default: %(default)s)")
+    g.add_argument("--rates", type=_numbers(float), metavar="R,R,...",
+                   help="open-loop Poisson rates for ours, req/s (default: fractions of the peak)")
+    g.add_argument("--rate-fractions", type=_numbers(float), default=(0.25, 0.5, 0.75, 0.9), metavar="F,F,...",
+                   help="open-loop rates as fractions of each server's closed-loop peak (default: 0.25,0.5,0.75,0.9)")
+    g.add_argument("--connections", type=int, default=64,
+                   help="open loop: concurrent connections at most (default: %(default)s)")
+    g.add_argument("--window-s", type=float, default=5.0, help="measurement window (default: %(default)s)")
+    g.add_argument("--max-windows", type=int, default=8,
+                   help="measured windows per point at most (default: %(default)s)")
+    g.add_argument("--stability-pct", type=float, default=10.0,
+                   help="stable: throughput and p99 of the last windows within this %% (default: %(default)s)")
+    g.add_argument("--stable-windows", type=int, default=3, help="how many last windows (default: %(default)s)")
+    g.add_argument("--warmup-s", type=float, default=5.0,
+                   help="unmeasured load after each server starts (default: %(default)s)")
+    g.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                   help="before each phase, wait (at most this long) for no other TorchServe and an idle CPU; "
+                        "a point during which other processes were busy is measured again (default: don't)")
+    g = p.add_argument_group("references")
+    g.add_argument("--slo-ms", type=float, help="p99 target (default: the catalogue's slo_ms)")
+    g.add_argument("--inprocess-seconds", type=float, default=10.0,
+                   help="in-process limit measuring time (default: %(default)s)")
+    g.add_argument("--no-stock", action="store_true", help="skip the stock baseline")
+    g.add_argument("--stock-workers", type=int, help="stock workers (default: TorchServe's own, one per CPU)")
+    p.add_argument("--smoke", action="store_true",
+                   help="a short run for tests: 1 s windows, concurrency 1,4 (stock: 1), one open-loop rate")
+    p.add_argument("--out", type=Path, default=REPORTS, help="reports folder (default: benchmarks/reports)")
+    return p
+
+
+def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
+    from build.catalogue import Catalogue
+
+    catalogue = Catalogue.load(CATALOGUE)
+    entry = catalogue.entry(args.model)
+    try:
+        base = ServerConfig.load(args.config).model(args.model).settings
+    except LauncherError:
+        base = ModelSettings()
+    workers = args.workers or base.min_workers
+    settings = ModelSettings(
+        batch_size=args.batch_size or base.batch_size,
+        max_batch_delay_ms=base.max_batch_delay_ms if args.max_batch_delay is None else args.max_batch_delay,
+        min_workers=workers, max_workers=workers, response_timeout_s=base.response_timeout_s,
+    )
+    for name in ("window_s", "max_windows", "stable_windows", "max_concurrency", "connections", "inprocess_seconds"):
+        if getattr(args, name) <= 0:
+            raise BenchmarkError(f"--{name.replace('_', '-')} must be > 0")
+    if args.smoke:
+        args.window_s, args.max_windows, args.stable_windows = 1.0, 3, 3
+        args.concurrency, args.rate_fractions = args.concurrency or (1, 4), (0.5,)
+        args.inprocess_seconds, args.warmup_s = min(args.inprocess_seconds, 2.0), 2.0
+    try:
+        rule = StabilityRule(tolerance_pct=args.stability_pct, last=args.stable_windows,
+                             max_windows=max(args.max_windows, args.stable_windows))
+    except ValueError as err:
+        raise BenchmarkError(f"stability rule: {err}") from None
+    from benchmarks.load.loadgen import concurrency_levels
+
+    plan = LoadPlan(
+        levels=args.concurrency or concurrency_levels(args.max_concurrency),
+        min_gain_pct=None if args.concurrency else args.min_gain_pct,
+        rates=args.rates or (), rate_fractions=args.rate_fractions, rule=rule, window_s=args.window_s,
+        connections=args.connections, warmup_s=args.warmup_s, min_window_requests=0 if args.smoke else 20,
+        wait_quiet_s=args.wait_quiet,
+    )
+    stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else plan.levels)
+    return BenchConfig(
+        model=args.model, settings=settings, threads=args.threads, plan=plan, stock_plan=stock_plan,
+        slo_ms=args.slo_ms or entry.slo_ms, base_config=Path(args.config).resolve(),
+        inprocess_s=args.inprocess_seconds, stock=not args.no_stock, stock_workers=args.stock_workers,
+        out=args.out, smoke=args.smoke,
+        command=shlex.join([".venv/bin/python", "-m", "benchmarks.bench", *argv]),
+    )
+
+
+# -- steps ------------------------------------------------------------------------------------
+def progress(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
+
+
+def our_store(cfg: BenchConfig, tmp: Path) -> Path:
+    """model_store/ (rebuilt if its inputs changed), or an archive built with --threads."""
+    from build.archive import build_entry
+    from build.catalogue import Catalogue
+
+    catalogue = Catalogue.load(CATALOGUE)
+    store = MODEL_STORE
+    if cfg.threads is not None:
+        raw = dict(catalogue.raw_entries[cfg.model])
+        settings = dict(raw.get("settings") or {})
+        settings["runtime"] = {**(settings.get("runtime") or {}), "threads": cfg.threads}
+        catalogue = Catalogue(catalogue.path, {cfg.model: {**raw, "settings": settings}})
+        store = tmp / "store"
+    result = build_entry(catalogue, cfg.model, REPO_ROOT, store, progress=progress)
+    return result.archive.parent
+
+
+def resolved_threads(cfg: BenchConfig) -> int:
+    """The intra-op threads each of our workers uses (the handler's own rule)."""
+    from build.catalogue import Catalogue
+    from handlers import runtime
+    from handlers.settings import RuntimeSettings, parse_section
+
+    raw = Catalogue.load(CATALOGUE).entry(cfg.model).settings.get("runtime") or {}
+    settings = parse_section(RuntimeSettings, {**raw, "threads": cfg.threads} if cfg.threads else raw, "runtime")
+    return runtime.thread_budget(settings, cfg.settings.max_workers, runtime.usable_cores())
+
+
+def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
+    """Our handler's batched throughput in this process, no server; measured again (after a wait
+    for a quiet machine, with --wait-quiet) when other processes were busy meanwhile."""
+    from benchmarks.serving import resources
+    from benchmarks.bench.inprocess import extracted_archive, run_variant
+
+    progress(f"[in-process] {cfg.model}: batch {cfg.settings.batch_size}, {threads} threads, "
+             f"{cfg.inprocess_s:g} s")
+    model_dir = extracted_archive(cfg.model, None, tmp)
+    me = resources.ProcessGroups({resources.GENERATOR: [os.getpid()]})
+    for attempt in (1, 2):
+        before = me.read()
+        row = run_variant(cfg.model, model_dir, {}, cfg.settings.batch_size, threads, cfg.inprocess_s)
+        others = resources.usage(before, me.read())[resources.OTHERS].cpu_pct
+        progress(f"[in-process] {row.items_per_s:.1f} items/s (other processes: {others:.0f}% of a core)")
+        if attempt == 2 or cfg.plan.wait_quiet_s <= 0 or others <= resources.NOISY_OTHERS_PCT:
+            break
+        progress("[in-process] other processes were busy: measuring again when quiet")
+        resources.wait_for_quiet(cfg.plan.wait_quiet_s, progress)
+    # One process per worker, each on its own cores: the served ceiling is the workers' sum.
+    workers = cfg.settings.min_workers
+    return {"items_per_s": row.items_per_s * workers, "per_worker_items_per_s": row.items_per_s,
+            "workers": workers, "batch_size": cfg.settings.batch_size, "threads": threads,
+            "batches": row.batches, "seconds": row.seconds, "stage_ms_per_batch": row.stage_ms_per_batch,
+            "others_cpu_pct": round(others, 1), "remeasured": attempt == 2}
+
+
+def run_ours(cfg: BenchConfig, store: Path) -> ServerRun:
+    from benchmarks.load.runner import run_server
+
+    progress(f"[ours] starting TorchServe: {cfg.settings}")
+    with TorchServe(store, base_config=cfg.base_config, models={cfg.model: cfg.settings}, load=(cfg.model,),
+                    extra_properties=METRICS_PROPERTIES) as ts:
+        return run_server("ours", ts, cfg.model, cfg.plan, progress)
+
+
+def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
+    from benchmarks.bench.baseline.archive import build_baseline
+    from benchmarks.load.runner import run_server
+
+    store = tmp / "stock-store"
+    progress(f"[stock] packaging the naive handler into {store}")
+    build_baseline(cfg.model, store)
+    base = tmp / "stock.properties"
+    base.write_text(STOCK_PROPERTIES)
+    if cfg.stock_workers:
+        extra = {}
+        models = {cfg.model: ModelSettings(min_workers=cfg.stock_workers, max_workers=cfg.stock_workers)}
+    else:
+        extra, models = {"models": "{}"}, {}  # no per-model values at all: TorchServe's defaults
+    progress("[stock] starting TorchServe with its defaults")
+    with TorchServe(store, base_config=base, models=models, load=(cfg.model,), extra_properties=extra) as ts:
+        return run_server("stock", ts, cfg.model, cfg.stock_plan, progress)
+
+
+def run(cfg: BenchConfig) -> Path:
+    from benchmarks.bench import report
+    from benchmarks.serving import resources
+
+    waits = {}
+
+    def quiet(phase: str) -> None:
+        if cfg.plan.wait_quiet_s > 0:
+            waits[phase] = resources.wait_for_quiet(cfg.plan.wait_quiet_s, progress)
+
+    before = resources.machine_conditions()
+    if before["other_torchserve_pids"]:
+        progress(f"other TorchServe running (pids {before['other_torchserve_pids']}): numbers may be noisy")
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        store = our_store(cfg, tmp)
+        threads = resolved_threads(cfg)
+        quiet("inprocess")
+        limit = inprocess_limit(cfg, threads, tmp)
+        quiet("ours")
+        runs = {"ours": run_ours(cfg, store)}
+        if cfg.stock:
+            quiet("stock")
+            runs["stock"] = run_stock(cfg, tmp)
+    after = resources.machine_conditions()
+    configuration = {
+        "model": cfg.model, "base_config": str(cfg.base_config), "slo_ms": cfg.slo_ms, "smoke": cfg.smoke,
+        "ours": {**asdict(cfg.settings), "threads_requested": cfg.threads, "threads_resolved": threads},
+        "stock": {"handler": "benchmarks/bench/baseline (eager fp32, per-request PIL/tokenizer, pad to 128)",
+                  "properties": STOCK_PROPERTIES.strip(), "workers_requested": cfg.stock_workers},
+    }
+    load = {"ours": cfg.plan.to_json(), "stock": cfg.stock_plan.to_json()}
+    return report.write(cfg.out, cfg.model, configuration=configuration, load=load, runs=runs, inprocess=limit,
+                        conditions={"before": before, "after": after, "waits": waits,
+                                    "seconds": round(time.time() - started)},
+                        command=cfg.command, slo_ms=cfg.slo_ms, smoke=cfg.smoke)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    try:
+        cfg = config_from(args, argv)
+        folder = run(cfg)
+    except KeyboardInterrupt:
+        progress("interrupted: servers stopped")
+        return 130
+    except (LauncherError, BenchmarkError, BuildError) as err:
+        progress(f"error: {err}")
+        return 2
+    summary = json.loads((folder / "report.json").read_text())["summary"]
+    print("\n".join(summary["sentences"]))
+    print(f"report: {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

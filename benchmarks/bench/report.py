@@ -1,0 +1,226 @@
+"""Write a benchmark's report folder: report.json, results.csv, report.md and the PNG plots.
+
+benchmarks/reports/<model>-<YYYYmmdd-HHMMSS>/. The verdict compares ours with its two references,
+both measured in the same run: the stock baseline (speedup = ours / stock) and the in-process
+limit (serving efficiency = served / in-process items/s).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+from benchmarks.serving.resources import NOISY_OTHERS_PCT
+from benchmarks.load.runner import ServerRun, summary
+
+CSV_COLUMNS = (
+    "server", "mode", "level", "stable", "windows", "seconds", "requests", "ok", "errors", "unanswered", "nominal_rps",
+    "offered_rps", "throughput_rps", "mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
+    "late_fraction", "queue_ms", "frontend_ms", "mean_batch_size", "handler_ms_per_batch", "preprocess_ms",
+    "inference_ms", "postprocess_ms", "frontend_cpu_pct", "workers_cpu_pct", "generator_cpu_pct",
+    "others_cpu_pct", "frontend_rss_mb", "workers_rss_mb",
+)
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a and b else None
+
+
+def summarize(runs: Mapping[str, ServerRun], inprocess: dict, slo_ms: float) -> dict:
+    ours = summary(runs["ours"], slo_ms)
+    stock = summary(runs["stock"], slo_ms) if "stock" in runs else None
+    limit = inprocess["items_per_s"]
+    out = {
+        "slo_ms": slo_ms,
+        "inprocess_items_per_s": limit,
+        "ours": ours,
+        "stock": stock,
+        "speedup_at_peak": _ratio(ours["peak_rps"], stock and stock["peak_rps"]),
+        "speedup_at_slo": _ratio(ours["slo_rps"], stock and stock["slo_rps"]),
+        "efficiency_at_peak": _ratio(ours["peak_rps"], limit),
+        "efficiency_at_slo": _ratio(ours["slo_rps"], limit),
+    }
+    out["sentences"] = sentences(out)
+    out["verdict"] = out["sentences"][0]
+    return out
+
+
+def _x(value: Optional[float]) -> str:
+    return f"{value:.1f}x" if value else "n/a"
+
+
+def _pct(value: Optional[float]) -> str:
+    return f"{value:.0%}" if value else "n/a"
+
+
+def sentences(s: dict) -> List[str]:
+    """The verdict at the p99 target, then the peak comparison."""
+    ours, stock, slo = s["ours"], s["stock"], s["slo_ms"]
+    if ours["slo_rps"]:
+        verdict = f"At p99 <= {slo:g} ms (open loop) ours serves {ours['slo_rps']:.1f} req/s"
+        if stock is None:
+            verdict += " (stock baseline not measured)"
+        elif stock["slo_rps"]:
+            verdict += f", {s['speedup_at_slo']:.1f}x the stock baseline ({stock['slo_rps']:.1f} req/s)"
+        else:
+            verdict += ", while the stock baseline meets that p99 at none of its measured open-loop rates"
+        verdict += f", at {s['efficiency_at_slo']:.0%} of the in-process limit ({s['inprocess_items_per_s']:.1f} items/s)."
+    else:
+        verdict = f"Ours meets p99 <= {slo:g} ms at none of the measured open-loop rates."
+    peak = (f"At peak ours serves {_fmt(ours['peak_rps'])} req/s (p99 {_fmt(ours['peak_p99_ms'], 0)} ms, "
+            f"{ours['peak_point']}), {_pct(s['efficiency_at_peak'])} of the in-process limit")
+    if stock:
+        peak += (f"; the stock baseline peaks at {_fmt(stock['peak_rps'])} req/s "
+                 f"(p99 {_fmt(stock['peak_p99_ms'], 0)} ms): {_x(s['speedup_at_peak'])}")
+    return [verdict, peak + "."]
+
+
+def csv_row(server: str, f: dict) -> Dict[str, object]:
+    lat = f["latency_ms"] or {}
+    srv = f["server"]
+    res = f["resources"]
+    stages = srv["stage_ms_per_batch"]
+    return {
+        "server": server, "mode": f["mode"], "level": f["level"], "stable": f["stable"], "windows": f["windows"],
+        "seconds": round(f["seconds"], 2), "requests": f["requests"], "ok": f["ok"],
+        "errors": sum(f["errors"].values()), "unanswered": f["unanswered"], "nominal_rps": f["nominal_rps"],
+        "offered_rps": f["offered_rps"],
+        "throughput_rps": f["throughput_rps"], "mean_ms": lat.get("mean_ms"), "p50_ms": lat.get("p50_ms"),
+        "p90_ms": lat.get("p90_ms"), "p95_ms": lat.get("p95_ms"), "p99_ms": lat.get("p99_ms"),
+        "p999_ms": lat.get("p999_ms"), "max_ms": lat.get("max_ms"), "late_fraction": f["late_fraction"],
+        "queue_ms": srv["queue_ms_per_request"], "frontend_ms": srv["frontend_ms_per_request"],
+        "mean_batch_size": srv["mean_batch_size"], "handler_ms_per_batch": srv["handler_ms_per_batch"],
+        "preprocess_ms": stages.get("preprocess"), "inference_ms": stages.get("inference"),
+        "postprocess_ms": stages.get("postprocess"),
+        "frontend_cpu_pct": res["frontend"]["cpu_pct"], "workers_cpu_pct": res["workers"]["cpu_pct"],
+        "generator_cpu_pct": res["generator"]["cpu_pct"], "others_cpu_pct": res["others"]["cpu_pct"],
+        "frontend_rss_mb": res["frontend"]["rss_mb"],
+        "workers_rss_mb": res["workers"]["rss_mb"],
+    }
+
+
+def _fmt(value: object, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown(report: dict) -> str:
+    s, cfg, env = report["summary"], report["configuration"], report["environment"]
+    cond = report["conditions"]
+    remeasured = sum(1 for run in report["results"].values() for f in run["points"] if f["remeasured"])
+    lines = [f"# {report['model']}: ours vs the stock baseline vs the in-process limit", "",
+             f"**{s['sentences'][0]}**", "", s["sentences"][1], ""]
+    ours = cfg["ours"]
+    lines += ["## Configuration", "",
+              f"- ours: batch size {ours['batch_size']}, max batch delay {ours['max_batch_delay_ms']} ms, "
+              f"{ours['max_workers']} worker(s) x {ours['threads_resolved']} threads "
+              f"(logged by the workers: {report['results']['ours']['worker_threads']}), shipped archive settings",
+              f"- stock: {cfg['stock']['handler']}; TorchServe defaults "
+              + (f"(batch size {report['results']['stock']['frontend']['batchSize']}, "
+                 f"{report['results']['stock']['frontend']['workers']} workers x "
+                 f"{report['results']['stock']['worker_threads']} torch threads)" if "stock" in report["results"] else ""),
+              f"- in-process limit: the same handler without a server, batch {report['reference']['inprocess']['batch_size']}, "
+              f"{report['reference']['inprocess']['threads']} threads, x {report['reference']['inprocess'].get('workers', 1)} "
+              f"worker(s): {report['reference']['inprocess']['items_per_s']:.1f} items/s"
+              f" (other processes meanwhile: {report['reference']['inprocess'].get('others_cpu_pct', 0):.0f}% of a core)",
+              f"- p99 target: {s['slo_ms']:g} ms", ""]
+    lines += ["## Summary", "", "| | ours | stock | in-process |", "|---|---|---|---|",
+              f"| peak req/s | {_fmt(s['ours']['peak_rps'])} | {_fmt((s['stock'] or {}).get('peak_rps'))} "
+              f"| {s['inprocess_items_per_s']:.1f} |",
+              f"| p99 at peak (ms) | {_fmt(s['ours']['peak_p99_ms'], 0)} | "
+              f"{_fmt((s['stock'] or {}).get('peak_p99_ms'), 0)} | |",
+              f"| req/s at p99 <= {s['slo_ms']:g} ms (open loop) | {_fmt(s['ours']['slo_rps'])} | "
+              f"{_fmt((s['stock'] or {}).get('slo_rps'))} | |",
+              f"| speedup over stock (peak / at target) | {_x(s['speedup_at_peak'])} / {_x(s['speedup_at_slo'])} | | |",
+              f"| share of the in-process limit (peak / at target) | {_pct(s['efficiency_at_peak'])} / "
+              f"{_pct(s['efficiency_at_slo'])} | | |", ""]
+    for server, run in report["results"].items():
+        lines += [f"## Points: {server}", "",
+                  "| mode | level | offered | req/s | p50 | p90 | p99 | p99.9 | max | err | queue | batch | "
+                  "handler/batch | CPU fe/wk/gen/other % | stable |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for f in run["points"]:
+            r = csv_row(server, f)
+            level = f"c={f['level']:g}" if f["mode"] == "closed" else f"{f['level']:g}/s"
+            errors = f"{r['errors']} (+{r['unanswered']} cut)" if r["unanswered"] else str(r["errors"])
+            lines.append(
+                f"| {f['mode']} | {level} | {_fmt(r['offered_rps'])} | {_fmt(r['throughput_rps'])} | "
+                f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {_fmt(r['p99_ms'], 0)} | {_fmt(r['p999_ms'], 0)} | "
+                f"{_fmt(r['max_ms'], 0)} | {errors} | {_fmt(r['queue_ms'])} | {_fmt(r['mean_batch_size'])} | "
+                f"{_fmt(r['handler_ms_per_batch'])} | {r['frontend_cpu_pct']:.0f}/{r['workers_cpu_pct']:.0f}/"
+                f"{r['generator_cpu_pct']:.0f}/{r['others_cpu_pct']:.0f} | {'yes' if f['stable'] else 'no'} |")
+        lines.append("")
+    lines += ["Each point: the requests answered during its last stable-rule windows. Latencies in ms, from the "
+              "intended send time; offered = Poisson arrivals scheduled per second; err = failed answers "
+              "(+ requests still unanswered when the point's drain time ran out); "
+              "queue = TorchServe's queue time per request; "
+              "batch = mean batch size formed; CPU in % of one core (frontend JVM / workers / load generator / "
+              "every other process on the machine).", ""]
+    if report["warnings"]:
+        lines += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
+    lines += ["## Plots", "", "![throughput vs p99](throughput_vs_p99.png)", "",
+              "![latency CDF](latency_cdf.png)", "", "![batch sizes](batch_sizes.png)", "",
+              "## Conditions and environment", "",
+              f"- {env['cpu']}, {env['physical_cores']} cores / {env['logical_cpus']} CPUs, {env['memory_gib']} GiB; "
+              f"torch {env['torch']}, TorchServe {env['torchserve']}, Python {env['python']}; commit {env['git_commit']}",
+              f"- load average before {cond['before']['load_average']}, after {cond['after']['load_average']}; "
+              f"other TorchServe frontends before {cond['before']['other_torchserve_pids'] or 'none'}, "
+              f"after {cond['after']['other_torchserve_pids'] or 'none'}; run took {cond['seconds']} s",
+              f"- waits for a quiet machine: " + (", ".join(f"{phase} {w['waited_s']:.0f} s ({'quiet' if w['quiet'] else 'busy'})"
+                                                         for phase, w in cond["waits"].items()) or "none asked")
+              + f"; points measured again because other processes were busy: {remeasured}",
+              "- client and servers share the same 2 cores: the generator's own CPU is in the table", "",
+              "Reproduce:", "", "```", report["command"], "```", ""]
+    return "\n".join(lines)
+
+
+def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: Mapping[str, ServerRun],
+          inprocess: dict, conditions: dict, command: str, slo_ms: float, smoke: bool = False) -> Path:
+    from benchmarks.bench import plots
+    from benchmarks.serving.environment import describe_environment
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = Path(out_root) / f"{model}{'-smoke' if smoke else ''}-{stamp}"
+    folder.mkdir(parents=True, exist_ok=False)
+    results = {
+        label: {"frontend": run.description, "worker_threads": list(run.worker_threads),
+                "points": [p.figures for p in run.points]}
+        for label, run in runs.items()
+    }
+    warnings = [f"{label} {p.figures['mode']} {p.figures['level']:g}: {w}"
+                for label, run in runs.items() for p in run.points for w in p.figures["warnings"]]
+    noisy = [(label, p.figures) for label, run in runs.items() for p in run.points
+             if p.figures["resources"]["others"]["cpu_pct"] > NOISY_OTHERS_PCT]
+    if inprocess.get("others_cpu_pct", 0.0) > NOISY_OTHERS_PCT:
+        warnings.append(f"other processes used {inprocess['others_cpu_pct']:.0f}% of a core during the in-process "
+                        "limit: it is pessimistic, and the efficiency figures optimistic")
+    if noisy:
+        worst = max(f["resources"]["others"]["cpu_pct"] for _, f in noisy)
+        warnings.append(f"{len(noisy)} point(s) ran while other processes used > {NOISY_OTHERS_PCT:.0f}% of a core "
+                        f"(up to {worst:.0f}%): those numbers are pessimistic")
+    if conditions["before"]["other_torchserve_pids"] or conditions["after"]["other_torchserve_pids"]:
+        warnings.append("other TorchServe servers were running on this machine: numbers are noisy")
+    overview = summarize(runs, inprocess, slo_ms)
+    report = {
+        "model": model, "created": stamp, "command": command, "configuration": configuration, "load": load,
+        "summary": overview, "results": results,
+        "reference": {"inprocess": inprocess, "stock": overview["stock"]},
+        "conditions": conditions, "environment": describe_environment(),
+        "warnings": warnings,
+    }
+    (folder / "report.json").write_text(json.dumps(report, indent=2))
+    with open(folder / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for label, run in runs.items():
+            for p in run.points:
+                writer.writerow(csv_row(label, p.figures))
+    plots.write_all(folder, runs, report["summary"])
+    (folder / "report.md").write_text(markdown(report))
+    return folder

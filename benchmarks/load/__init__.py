@@ -1,0 +1,1 @@
+"""Load generation against a running server (closed and open loop) and its statistics."""

@@ -1,0 +1,176 @@
+"""Drive one running TorchServe through a load plan and collect every point's figures.
+
+For each point: client figures (loadgen), the server's breakdown over the same windows (diff of
+two /metrics scrapes) and CPU/RSS of the frontend, the workers and the generator itself.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from benchmarks.load import loadgen, stats
+
+from benchmarks.serving import resources, server_metrics
+from benchmarks.serving.errors import BenchmarkError
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.load.loadgen import LoadResult, Payload, Target
+from benchmarks.load.stats import StabilityRule
+
+Progress = Callable[[str], None]
+_THREADS = re.compile(r"W-\d+-(\S+)_[^_\s]+-stdout MODEL_LOG - .*?threads=(\d+)")
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What load a server gets: the closed-loop sweep, then open-loop points."""
+
+    levels: Tuple[int, ...]
+    min_gain_pct: Optional[float]  # None: run every level of the sweep
+    rates: Tuple[float, ...]  # absolute open-loop rates; empty: fractions of the measured peak
+    rate_fractions: Tuple[float, ...]
+    rule: StabilityRule
+    window_s: float
+    connections: int = 64
+    warmup_s: float = 5.0  # unmeasured load before the first point
+    min_window_requests: int = 20  # open loop at low rates: longer windows (up to 4x) for this many arrivals
+    wait_quiet_s: float = 0.0  # > 0: a point during which other processes were busy is measured again
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["rule"] = asdict(self.rule)
+        return out
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured point: JSON figures, plus the raw latencies (ms) for the CDF plot."""
+
+    figures: dict
+    latencies_ms: Tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    label: str
+    points: Tuple[Point, ...]
+    worker_threads: Tuple[int, ...]  # as each worker logged it
+    description: dict  # GET /models/<name>: batch size, delay, workers as the frontend holds them
+
+
+def warm_up(target: Target, payloads: Sequence[Payload], seconds: float, concurrency: int) -> None:
+    """Unmeasured load, several requests in flight so that every worker and batch size is hit."""
+    result = loadgen.closed_loop(target, payloads, concurrency, StabilityRule(last=1, max_windows=1, warmup=0),
+                                 window_s=seconds, progress=lambda _: None)
+    if not any(s.ok for s in result.samples):
+        raise BenchmarkError(f"warm-up: no request succeeded (statuses {stats.errors_by_status(result.samples)})")
+
+
+def settle(ts: TorchServe, model: str, timeout_s: float = 180.0) -> None:
+    """Wait until the server has no queued requests left from the last point."""
+    deadline = time.monotonic() + timeout_s
+    while ts.describe(model).get("jobQueueStatus", {}).get("pendingRequests", 0) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(0.5)  # the batch in the worker
+
+
+def others_pct(result: LoadResult) -> float:
+    """CPU (% of one core) that processes other than ours used during the point's reported windows."""
+    (_, (_, before)), (_, (_, after)) = result.reported_edges
+    return resources.usage(before, after)[resources.OTHERS].cpu_pct
+
+
+def point(result: LoadResult, model: str, remeasured: bool = False) -> Point:
+    figures = result.figures()
+    figures["remeasured"] = remeasured
+    (_, (scrape_a, usage_a)), (_, (scrape_b, usage_b)) = result.reported_edges
+    figures["server"] = server_metrics.breakdown(scrape_a, scrape_b, model).to_json()
+    figures["resources"] = {name: u.to_json() for name, u in resources.usage(usage_a, usage_b).items()}
+    start, end = result.interval
+    key = (lambda s: s.intended) if result.mode == "open" else (lambda s: s.done)
+    latencies = tuple(sorted(s.latency * 1000.0 for s in result.samples if s.ok and start <= key(s) < end))
+    return Point(figures, latencies)
+
+
+def worker_threads(ts: TorchServe, model: str) -> Tuple[int, ...]:
+    return tuple(int(n) for name, n in _THREADS.findall(ts.log_text("model_log.log")) if name == model)
+
+
+def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress: Progress) -> ServerRun:
+    description = ts.describe(model)
+    workers = max(1, len(description.get("workers", [])))
+    target = Target.for_model(ts.inference_url, model, ts.tokens.inference,
+                              timeout_s=float(description.get("responseTimeout", 120)))
+    payloads = loadgen.payloads_for(model)
+    groups = resources.ProcessGroups.for_server(ts.java_pid, ts.worker_pids(model))
+
+    def probe():
+        return server_metrics.Scrape.of(ts.metrics_text()), groups.read()
+
+    def say(line: str) -> None:
+        progress(f"[{label}] {line.strip()}")
+
+    in_flight = min(64, 2 * workers * int(description.get("batchSize", 1)))
+    say(f"warm-up: {plan.warmup_s:g} s at concurrency {in_flight}")
+    warm_up(target, payloads, plan.warmup_s, in_flight)
+    again: List[LoadResult] = []
+
+    def measured(run: Callable[[], LoadResult]) -> LoadResult:
+        settle(ts, model)
+        result = run()
+        noise = others_pct(result)
+        if plan.wait_quiet_s > 0 and noise > resources.NOISY_OTHERS_PCT:
+            say(f"other processes used {noise:.0f}% of a core during this point: measuring it again when quiet")
+            resources.wait_for_quiet(plan.wait_quiet_s, say, ours=[ts.java_pid])
+            settle(ts, model)
+            result = run()
+            again.append(result)
+        return result
+
+    results: List[LoadResult] = loadgen.closed_sweep(
+        plan.levels,
+        lambda c: measured(lambda: loadgen.closed_loop(target, payloads, c, plan.rule, plan.window_s, probe, say)),
+        plan.min_gain_pct, say)
+    peak = max(r.figures()["throughput_rps"] for r in results)
+    rates = plan.rates or tuple(round(f * peak, 2) for f in plan.rate_fractions)
+    for rate in (r for r in rates if r > 0):
+        say(f"open loop, Poisson {rate:g} req/s")
+        window_s = min(4 * plan.window_s, max(plan.window_s, plan.min_window_requests / rate))
+        results.append(measured(lambda: loadgen.open_loop(
+            target, payloads, rate, plan.rule, window_s, plan.connections, seed=int(rate * 1000),
+            drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))
+    return ServerRun(label, tuple(point(r, model, any(r is a for a in again)) for r in results),
+                     worker_threads(ts, model),
+                     {k: description.get(k) for k in ("batchSize", "maxBatchDelay", "minWorkers", "maxWorkers",
+                                                      "responseTimeout")} | {"workers": workers})
+
+
+# -- what a set of points says ----------------------------------------------------------------
+def peak(points: Sequence[Point]) -> Optional[dict]:
+    """The point with the highest throughput (among those with answers)."""
+    return max((p.figures for p in points if p.figures["latency_ms"]), key=lambda f: f["throughput_rps"],
+               default=None)
+
+
+def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
+    """The highest-throughput open-loop point with no failed or unanswered request whose p99 is
+    within slo_ms. Closed-loop points do not count: their clients wait for answers before sending,
+    so their p99 hides the queueing a latency target is about (coordinated omission)."""
+    fitting = [p.figures for p in points
+               if p.figures["mode"] == "open" and p.figures["latency_ms"] and not p.figures["errors"]
+               and not p.figures["unanswered"] and p.figures["latency_ms"]["p99_ms"] <= slo_ms]
+    return max(fitting, key=lambda f: f["throughput_rps"], default=None)
+
+
+def summary(run: ServerRun, slo_ms: float) -> Dict[str, Optional[float]]:
+    top, fit = peak(run.points), best_within(run.points, slo_ms)
+    return {
+        "peak_rps": top["throughput_rps"] if top else None,
+        "peak_p99_ms": top["latency_ms"]["p99_ms"] if top and top["latency_ms"] else None,
+        "peak_point": f"{top['mode']} {top['level']:g}" if top else None,
+        "slo_rps": fit["throughput_rps"] if fit else 0.0,
+        "slo_p99_ms": fit["latency_ms"]["p99_ms"] if fit else None,
+        "slo_point": f"{fit['mode']} {fit['level']:g}" if fit else None,
+    }

@@ -1,0 +1,114 @@
+"""`make reliability`: every reliability and security check against real servers, then one table.
+
+Three servers, each through the launcher (temp dir, free loopback ports, always stopped):
+1. the shipped config.properties with both models (plus the soak's JVM heap settings, see
+   benchmarks/reliability/soak.py): security checks, the soak (short by default), the bad-input corpus, a
+   worker SIGKILLed under load, the secrets scan;
+2. the image model on a small job queue (job_queue_size written into that server's config):
+   overload at 3x its measured capacity;
+3. the model API on (this fault test server only): broken archives next to a healthy model.
+The figures go to benchmarks/reports/reliability-<time>/ (summary.json, table.txt, soak.png).
+
+    python -m benchmarks.reliability [--soak-minutes 1] [--overload-seconds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from benchmarks.load.traffic import capacity, say
+from benchmarks.reliability import badinput, faults, overload, security, soak
+from benchmarks.reliability.findings import Findings, table
+from benchmarks.serving.errors import LauncherError
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import MODEL_STORE, REPORTS
+
+IMAGE, TEXT = "efficientnet_lite0", "minilm"
+
+
+def attempt(errors: List[str], name: str, step: Callable):
+    """Run one check; a check that cannot run is recorded, and the others still run."""
+    try:
+        return step()
+    except (LauncherError, OSError) as exc:  # OSError: requests' errors too
+        say(f"{name} could not run: {exc}")
+        errors.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        return None
+
+
+def run(store: Path, out: Path, soak_minutes: float, overload_seconds: float,
+        job_queue_size: int) -> Tuple[Findings, List[str]]:
+    """All checks; also the servers' keys, to prove afterwards that no report holds one."""
+    errors: List[str] = []
+    checks: List[security.Check] = list(security.weights_checks())
+    keys: List[str] = []
+    corpus = kill = soaked = loaded = None
+
+    def main_server():
+        nonlocal corpus, kill, soaked
+        with TorchServe(store, wait_for=(IMAGE, TEXT), extra_properties=soak.soak_vmargs()) as ts:
+            keys.extend([ts.tokens.inference, ts.tokens.management, ts.tokens.api])
+            checks.extend(security.server_checks(ts, TEXT, IMAGE))
+            # The soak first: it measures the steady state, not the aftermath of the faults below.
+            soaked = attempt(errors, "soak", lambda: soak.soak(ts, IMAGE, soak_minutes, capacity(ts, IMAGE)))
+            if soaked is not None:
+                soak.write_report(soaked, out)
+            corpus = attempt(errors, "bad-input corpus", lambda: badinput.run_corpus(ts))
+            kill = attempt(errors, "worker SIGKILL", lambda: faults.kill_worker_under_load(ts, IMAGE, concurrency=8))
+            checks.extend(security.secrets_checks(ts, extra=[out]))
+
+    def overload_server():
+        nonlocal loaded
+        props = {"job_queue_size": str(job_queue_size), **soak.soak_vmargs()}  # pre-touched heap: RSS = footprint
+        with TorchServe(store, load=(IMAGE,), extra_properties=props) as ts:
+            keys.extend([ts.tokens.inference, ts.tokens.management, ts.tokens.api])
+            loaded = overload.overload(ts, IMAGE, capacity(ts, IMAGE), 3.0, overload_seconds)
+            checks.extend(security.secrets_checks(ts))
+
+    attempt(errors, "main server", main_server)
+    attempt(errors, "overload", overload_server)
+    archives = attempt(errors, "broken archives", lambda: faults.broken_archives(store, TEXT))
+    return Findings(corpus, kill, archives, loaded, soaked, tuple(checks), tuple(errors)), keys
+
+
+def write(findings: Findings, out: Path, keys: Sequence[str]) -> str:
+    text = table(findings.rows())
+    summaries = [r.summary() for r in (findings.corpus, findings.kill, findings.archives, findings.overload,
+                                      findings.soak) if r is not None]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.txt").write_text(text + "\n", encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps({
+        "passed": findings.passed, "rows": [r.__dict__ for r in findings.rows()], "summaries": summaries,
+        "security": [c.__dict__ for c in findings.checks], "problems": list(findings.problems),
+    }, indent=2) + "\n", encoding="utf-8")
+    leaked = [p.name for p in out.rglob("*") if p.is_file() and any(k and k.encode() in p.read_bytes() for k in keys)]
+    if leaked:  # never expected: reports hold figures only
+        raise LauncherError(f"a server token was written into {leaked}")
+    return "\n".join(summaries) + "\n\n" + "\n".join(c.line() for c in findings.checks) + "\n\n" + text
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--soak-minutes", type=float, default=1.0, help="soak length (python -m benchmarks.reliability.soak "
+                        "--minutes 10 for the long one)")
+    parser.add_argument("--overload-seconds", type=float, default=15.0)
+    parser.add_argument("--job-queue-size", type=int, default=16, help="the overload server's job_queue_size")
+    parser.add_argument("--model-store", type=Path, default=MODEL_STORE)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    out = args.out or REPORTS / time.strftime("reliability-%Y%m%d-%H%M%S")
+    began = time.monotonic()
+    findings, keys = run(args.model_store, out, args.soak_minutes, args.overload_seconds, args.job_queue_size)
+    print(write(findings, out, keys))
+    for problem in findings.problems:
+        print(f"  FAIL {problem}")
+    print(f"\n{'PASSED' if findings.passed else 'FAILED'} in {time.monotonic() - began:.0f} s; report: {out}")
+    return 0 if findings.passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""Overload: three times a model's measured capacity, for a bounded time, on a small job queue.
+
+Checked: once the queue (job_queue_size, written into the test server's config.properties) is
+full the frontend answers 503 at once instead of queueing without end; the requests it accepts
+keep a p99 bounded by the queue's length over the capacity; memory (RSS of the frontend and the
+workers) stays bounded; every request gets an answer; and afterwards the server is healthy (queue
+drained, same workers, requests succeed).
+
+    python -m benchmarks.reliability.overload --factor 3 --seconds 20 --job-queue-size 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping, Optional, Sequence, Tuple
+
+from benchmarks.load import loadgen, stats
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.resources import FRONTEND, WORKERS
+from benchmarks.load.traffic import (Traffic, batch_size, capacity, fixed_windows, others_meter, payloads, rss_probe, say,
+                                target)
+from benchmarks.serving.repo import MODEL_STORE
+
+# Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the
+# overload at most this much above the RSS just before it, per process group.
+RSS_BOUND_PCT = MappingProxyType({FRONTEND: 50.0, WORKERS: 25.0})
+DRAIN_S = 30.0
+
+
+@dataclass(frozen=True)
+class OverloadResult:
+    model: str
+    capacity_rps: float
+    offered_rps: float
+    seconds: float
+    job_queue_size: int
+    traffic: Traffic
+    p99_ok_ms: Optional[float]
+    p99_bound_ms: float
+    rss_before: Mapping[str, int]
+    rss_peak: Mapping[str, int]
+    healthy_after: Tuple[str, ...]  # problems found after the overload (empty: healthy)
+    others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
+
+    @property
+    def rejected_503(self) -> int:
+        return self.traffic.errors.get("503", 0)
+
+    def rss_growth_pct(self, group: str) -> float:
+        before = self.rss_before[group]
+        return 100.0 * (self.rss_peak[group] - before) / before if before else 0.0
+
+    @property
+    def problems(self) -> Tuple[str, ...]:
+        out = []
+        if not self.rejected_503:
+            out.append(f"no 503 at {self.offered_rps:.0f} req/s: the queue of {self.job_queue_size} never filled")
+        other = {s: n for s, n in self.traffic.errors.items() if s != "503"}
+        if other:
+            out.append(f"errors other than 503: {other}")
+        if self.traffic.lost:
+            out.append(f"{self.traffic.lost} requests got no answer")
+        if self.p99_ok_ms is None:
+            out.append("no request was accepted")
+        elif self.p99_ok_ms > self.p99_bound_ms:
+            out.append(f"accepted p99 {self.p99_ok_ms:.0f} ms over the bound of {self.p99_bound_ms:.0f} ms")
+        for group, bound in RSS_BOUND_PCT.items():
+            if self.rss_growth_pct(group) > bound:
+                out.append(f"{group} RSS grew {self.rss_growth_pct(group):.0f}% (bound {bound:.0f}%)")
+        return tuple(out) + self.healthy_after
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        p99 = "-" if self.p99_ok_ms is None else f"{self.p99_ok_ms:.0f} ms"
+        rss = ", ".join(f"{g} {self.rss_before[g] / 2**20:.0f}->{self.rss_peak[g] / 2**20:.0f} MB" for g in RSS_BOUND_PCT)
+        return (f"overload {self.model}: {self.offered_rps:.0f} req/s offered for {self.seconds:.0f} s "
+                f"({self.offered_rps / self.capacity_rps:.1f}x capacity {self.capacity_rps:.1f} req/s, "
+                f"job queue {self.job_queue_size}): {self.traffic.describe()}; {self.rejected_503} x 503; "
+                f"accepted p99 {p99} (bound {self.p99_bound_ms:.0f} ms); peak RSS {rss}; "
+                f"healthy after: {'yes' if not self.healthy_after else 'NO'}; other processes used "
+                f"{self.others_cpu_pct:.0f}% CPU meanwhile")
+
+
+def p99_bound_ms(job_queue_size: int, batch: int, capacity_rps: float) -> float:
+    """An accepted request waits behind at most the queue and the batches in progress: twice
+    that drain time at the measured capacity, plus half a second of slack."""
+    return 1000.0 * (2.0 * (job_queue_size + 2 * batch) / capacity_rps + 0.5)
+
+
+def overload(ts: TorchServe, model: str, capacity_rps: float, factor: float = 3.0, seconds: float = 15.0,
+             window_s: float = 3.0, connections: int = 96) -> OverloadResult:
+    job_queue_size = int(ts.config.get("job_queue_size", "100") or 100)
+    batch = batch_size(ts, model)
+    pids = ts.worker_pids(model)
+    probe = rss_probe(ts, [model])
+    rss_before = probe()
+    rate = factor * capacity_rps
+    windows = max(1, round(seconds / window_s))
+    say(f"overload {model}: {rate:.0f} req/s ({factor:g}x capacity) for {windows * window_s:.0f} s, "
+        f"job queue {job_queue_size}")
+    others = others_meter(ts)
+    run = loadgen.open_loop(target(ts, model, timeout_s=60.0), payloads(model), rate, fixed_windows(windows),
+                            window_s, connections=connections, drain_s=DRAIN_S, probe=probe,
+                            progress=lambda line: say(line.strip()))
+    peak = {g: max([rss_before[g]] + [reading[g] for _, reading in run.edges]) for g in RSS_BOUND_PCT}
+    latency = stats.summarize(s.latency for s in run.samples if s.ok)
+    return OverloadResult(
+        model, capacity_rps, rate, windows * window_s, job_queue_size, Traffic.of(run.samples),
+        None if latency is None else latency.p99_ms, p99_bound_ms(job_queue_size, batch, capacity_rps),
+        MappingProxyType(dict(rss_before)), MappingProxyType(peak), health_after(ts, model, pids, batch), others(),
+    )
+
+
+def health_after(ts: TorchServe, model: str, pids: Tuple[int, ...], count: int, drain_s: float = DRAIN_S) -> Tuple[str, ...]:
+    """Problems after the overload: queue not drained, workers replaced, requests failing."""
+    problems = []
+    deadline = time.monotonic() + drain_s
+    while ts.describe(model)["jobQueueStatus"]["pendingRequests"] and time.monotonic() < deadline:
+        time.sleep(0.25)
+    pending = ts.describe(model)["jobQueueStatus"]["pendingRequests"]
+    if pending:
+        problems.append(f"{pending} requests still queued {drain_s:.0f} s after the overload")
+    if ts.client.ping(timeout_s=10).status_code != 200:
+        problems.append("/ping is not 200 after the overload")
+    if ts.worker_pids(model) != pids:
+        problems.append(f"workers changed under overload: {pids} -> {ts.worker_pids(model)}")
+    conn = loadgen.Connection(target(ts, model, timeout_s=30.0))
+    try:
+        statuses = [conn.post(p) for p in (payloads(model) * count)[:count]]
+    finally:
+        conn.close()
+    if any(s != 200 for s in statuses):
+        problems.append(f"requests after the overload answered {statuses}")
+    return tuple(problems)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-store", default=str(MODEL_STORE))
+    parser.add_argument("--model", default="efficientnet_lite0")
+    parser.add_argument("--factor", type=float, default=3.0, help="offered load / measured capacity")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--job-queue-size", type=int, default=16)
+    args = parser.parse_args(argv)
+    with TorchServe(args.model_store, load=(args.model,),
+                    extra_properties={"job_queue_size": str(args.job_queue_size)}) as ts:
+        result = overload(ts, args.model, capacity(ts, args.model), args.factor, args.seconds)
+    print(result.summary())
+    for problem in result.problems:
+        print(f"  FAIL {problem}")
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

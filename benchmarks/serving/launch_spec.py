@@ -1,0 +1,93 @@
+"""What one launched TorchServe starts with: a frozen LaunchSpec, and how it turns a base
+config.properties into the server's own (ports, model store, models=, extra properties)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from benchmarks.serving.errors import StartupError
+from benchmarks.serving.ts_config import ModelEntry, ModelSettings, ServerConfig, format_models
+from benchmarks.serving.repo import DEFAULT_CONFIG
+
+# Set only when the base config leaves them out. Keys expire after 60 min by default in 0.12: a
+# long benchmark or tuning run on one server would start failing with InvalidKeyException.
+LAUNCHER_DEFAULTS = MappingProxyType({"token_expiration_min": "1440"})
+
+
+def frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything that decides how one server starts. Built once, never mutated."""
+
+    model_store: Path
+    base_config: Path = DEFAULT_CONFIG
+    # Per-model frontend values swapped into models= (others keep the base config's values).
+    models: Mapping[str, ModelSettings] = field(default_factory=frozen)
+    # Load only these models (load_models=name=name.mar,...); empty: as the base config says.
+    load: tuple[str, ...] = ()
+    # Models that must have READY workers before start() returns; empty: derived (see below).
+    wait_for: tuple[str, ...] = ()
+    extra_properties: Mapping[str, str] = field(default_factory=frozen)
+    env: Mapping[str, str] = field(default_factory=frozen)
+    start_timeout_s: float = 300.0
+    keep_workdir: bool = False
+
+    def entries(self, base: ServerConfig) -> tuple[ModelEntry, ...]:
+        """The models= entries to write: the base's, with `models` swapped in, limited to `load`."""
+        entries = base.with_models(self.models) if self.models else base.models
+        if self.load:
+            by_name = {e.name: e for e in entries}
+            entries = tuple(by_name.get(n, ModelEntry(name=n)) for n in self.load)
+        return entries
+
+    def models_to_wait_for(self, base: ServerConfig, entries: tuple[ModelEntry, ...]) -> tuple[str, ...]:
+        """`wait_for`, else `load`, else every archive load_models=all loads; all must exist."""
+        store = self.model_store
+        if not store.is_dir():
+            raise StartupError(f"model store not found: {store}")
+        names = self.wait_for or self.load
+        if not names:
+            load_models = self.extra_properties.get("load_models", base.get("load_models", ""))
+            if load_models.strip().lower() == "all":
+                # Every archive in the store gets loaded: wait for all of them.
+                by_archive = {e.archive: e.name for e in entries}
+                names = tuple(by_archive.get(p.name, p.stem) for p in sorted(store.glob("*.mar")))
+            else:
+                names = tuple(e.name for e in entries if (store / e.archive).is_file())
+        archives = {e.name: e.archive for e in entries}
+        missing = [archives.get(n, f"{n}.mar") for n in names]
+        missing = [a for a in missing if not (store / a).is_file()]
+        if missing:
+            raise StartupError(
+                f"missing in {store}: {', '.join(missing)} (build them: .venv/bin/python -m build)"
+            )
+        return names
+
+    def properties(
+        self, base: ServerConfig, entries: tuple[ModelEntry, ...], ports: tuple[int, ...]
+    ) -> dict[str, str]:
+        """The server's config.properties: the base's, with the three addresses and both gRPC
+        ports on the given loopback ports, our model_store and models=, then extra_properties."""
+        props = dict(base.properties)
+        props.update(
+            inference_address=f"http://127.0.0.1:{ports[0]}",
+            management_address=f"http://127.0.0.1:{ports[1]}",
+            metrics_address=f"http://127.0.0.1:{ports[2]}",
+            grpc_inference_port=str(ports[3]),
+            grpc_management_port=str(ports[4]),
+            model_store=str(self.model_store),
+        )
+        for key, value in LAUNCHER_DEFAULTS.items():
+            props.setdefault(key, value)
+        if entries:
+            props["models"] = format_models(entries)
+        if self.load:
+            props["load_models"] = ",".join(f"{e.name}={e.archive}" for e in entries)
+        props.update(self.extra_properties)
+        return props

@@ -1,0 +1,386 @@
+"""The one TorchServe launcher: tests, benchmarks and the tuner all start servers through it.
+
+    from benchmarks.serving.launcher import TorchServe
+    from benchmarks.serving.ts_config import ModelSettings
+
+    with TorchServe("model_store", models={"minilm": ModelSettings(batch_size=4)}) as ts:
+        ts.predict("minilm", {"text": "hello"}).json()
+
+What it does, and why (TorchServe 0.12 facts):
+- A fresh temp working directory per server, holding a config.properties derived from a base one
+  (default: the repo root's) with the inference/management/metrics addresses and both gRPC ports
+  (gRPC always starts in 0.12) moved to free 127.0.0.1 ports, and `model_store` set.
+- `torchserve --start --ts-config config.properties --ncs`: the frontend reads TS_CONFIG_FILE,
+  then --ts-config, then the newest snapshot in logs/config/, then ./config.properties; a snapshot
+  replaces config.properties wholesale. We pass the file explicitly, drop TS_CONFIG_FILE from the
+  environment and write no snapshots.
+- TMPDIR and TEMP point into the working directory: `torchserve` keeps its pid file in
+  tempfile.gettempdir() (so --start/--stop find *this* server, and another one running elsewhere
+  does not block us), and TEMP becomes java.io.tmpdir, where the worker sockets (.ts.sock.9000...)
+  and the unpacked archives live (so two servers never steal each other's worker sockets).
+- Token auth stays on; keys are read from ./key_file.json. The model API stays off.
+- Stop always: `torchserve --stop` in the working directory, then SIGTERM/SIGKILL of whatever is
+  left of the JVM's process tree and of any process tagged with this server's marker variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import psutil
+import requests
+
+from benchmarks.serving import processes, properties, ts_logs
+from benchmarks.serving.client import Body, Client, Endpoints, Tokens
+from benchmarks.serving.errors import LauncherError, StartupError
+from benchmarks.serving.launch_spec import LaunchSpec, frozen
+from benchmarks.serving.ts_config import ModelEntry, ModelSettings, ServerConfig
+from benchmarks.serving.repo import DEFAULT_CONFIG
+
+MARKER_ENV = "TS_LAUNCHER_RUN"
+# Fail fast instead of waiting out the timeout when a model keeps failing to load.
+MAX_LOAD_FAILURES = 3
+# Free ports are probed then released before the JVM binds them: retry if one was taken meanwhile.
+BIND_ATTEMPTS = 3
+_BIND_FAILURE = re.compile(r"Failed to bind|Address already in use|BindException")
+
+__all__ = ["TorchServe", "LaunchSpec", "ModelSettings", "LauncherError", "StartupError", "log"]
+
+
+def log(message: str) -> None:
+    print(f"[launcher] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One started server: where it lives and how to reach it."""
+
+    workdir: Path
+    env: Mapping[str, str]
+    config: ServerConfig
+    endpoints: Endpoints
+    marker: str
+
+
+class TorchServe:
+    """Context manager around one TorchServe process tree. Always stops it on exit."""
+
+    def __init__(
+        self,
+        model_store: str | Path,
+        *,
+        base_config: str | Path = DEFAULT_CONFIG,
+        models: Mapping[str, ModelSettings] | None = None,
+        load: tuple[str, ...] | list[str] = (),
+        wait_for: tuple[str, ...] | list[str] = (),
+        extra_properties: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        start_timeout_s: float = 300.0,
+        keep_workdir: bool | None = None,
+    ) -> None:
+        self.spec = LaunchSpec(
+            model_store=Path(model_store).resolve(),
+            base_config=Path(base_config).resolve(),
+            models=frozen(models),
+            load=tuple(load),
+            wait_for=tuple(wait_for),
+            extra_properties=frozen({k: str(v) for k, v in (extra_properties or {}).items()}),
+            env=frozen({k: str(v) for k, v in (env or {}).items()}),
+            start_timeout_s=start_timeout_s,
+            # TS_LAUNCHER_KEEP=1 keeps every workdir (logs, config) for a post-mortem.
+            keep_workdir=bool(os.environ.get("TS_LAUNCHER_KEEP")) if keep_workdir is None else keep_workdir,
+        )
+        self._run: _Run | None = None
+        self._client: Client | None = None
+        self._java_pid: int | None = None
+        self._known: dict[int, Any] = {}
+        self._old_sigterm: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "TorchServe":
+        self._install_sigterm()
+        try:
+            self.start()
+        except BaseException:
+            self._restore_sigterm()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self._restore_sigterm()
+
+    def start(self) -> "TorchServe":
+        if self._run is not None:
+            raise LauncherError("this TorchServe is already started")
+        base = ServerConfig.load(self.spec.base_config)
+        entries = self.spec.entries(base)
+        wait_for = self.spec.models_to_wait_for(base, entries)
+        began = time.monotonic()
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                self._launch(base, entries)
+                self._wait_healthy(wait_for, began + self.spec.start_timeout_s)
+                break
+            except StartupError as err:
+                self.stop()
+                # The free ports were probed, then released: another process may have taken one.
+                if attempt == BIND_ATTEMPTS or not _BIND_FAILURE.search(str(err)):
+                    raise
+                log(f"a port was taken meanwhile; retrying with new ports ({err.args[0].splitlines()[0]})")
+            except BaseException:
+                self.stop()
+                raise
+        log(f"ready in {time.monotonic() - began:.1f} s: {', '.join(wait_for) or 'no models'}")
+        return self
+
+    def stop(self) -> None:
+        """Idempotent. `torchserve --stop`, then end whatever is left, then remove the workdir."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        began = time.monotonic()
+        self._remember_tree()
+        java = processes.process(self._java_pid)
+        try:
+            if java is not None:
+                self._torchserve(run, "--stop", timeout_s=60)
+                psutil.wait_procs([java], timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log(f"torchserve --stop failed ({exc}); killing the process tree")
+        finally:
+            leftovers = [p for p in self._known.values() if p.is_running()]
+            leftovers += [p for p in processes.tagged(MARKER_ENV, run.marker) if p.pid not in self._known]
+            killed = processes.end(leftovers)
+            if leftovers:
+                log(f"ended {len(leftovers)} leftover process(es) ({len(killed)} needed SIGKILL)")
+            self._known.clear()
+            self._client = None
+            self._java_pid = None
+            if self.spec.keep_workdir:
+                log(f"kept {run.workdir}")
+            else:
+                shutil.rmtree(run.workdir, ignore_errors=True)
+            log(f"stopped in {time.monotonic() - began:.1f} s")
+
+    # -- starting --------------------------------------------------------------------------
+    def _launch(self, base: ServerConfig, entries: tuple[ModelEntry, ...]) -> None:
+        workdir = Path(tempfile.mkdtemp(prefix="ts-launch-"))
+        try:
+            (workdir / "tmp").mkdir()
+            props = self.spec.properties(base, entries, processes.free_loopback_ports(5))
+            config_path = workdir / "config.properties"
+            config_path.write_text(
+                properties.format_properties(props, f"Generated by benchmarks.serving.launcher from {base.path}"),
+                encoding="utf-8",
+            )
+            config = ServerConfig.load(config_path)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        env = {k: v for k, v in os.environ.items() if k != "TS_CONFIG_FILE"}
+        env.update(
+            TMPDIR=str(workdir / "tmp"),
+            TEMP=str(workdir / "tmp"),
+            LOG_LOCATION=str(workdir / "logs"),
+            METRICS_LOCATION=str(workdir / "logs"),
+            **{MARKER_ENV: str(workdir)},
+        )
+        env.update(self.spec.env)
+        endpoints = Endpoints(
+            inference=config.address("inference_address"),
+            management=config.address("management_address"),
+            metrics=config.address("metrics_address"),
+        )
+        self._run = _Run(workdir, MappingProxyType(env), config, endpoints, marker=str(workdir))
+        log(f"starting TorchServe in {workdir} (inference {endpoints.inference}, management {endpoints.management})")
+        proc = self._torchserve(
+            self._run,
+            "--start",
+            "--model-store",
+            str(self.spec.model_store),
+            "--ts-config",
+            str(config_path),
+            "--ncs",
+            timeout_s=60,
+        )
+        if proc.returncode != 0:
+            raise StartupError(f"torchserve --start exited {proc.returncode}\n{self._tails()}")
+        pid_file = workdir / "tmp" / ".model_server.pid"
+        try:
+            self._java_pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"no TorchServe pid in {pid_file}: {exc}\n{self._tails()}") from exc
+
+    def _torchserve(self, run: _Run, *args: str, timeout_s: float) -> subprocess.CompletedProcess:
+        exe = Path(sys.executable).parent / "torchserve"
+        if not exe.is_file():
+            raise LauncherError(f"{exe} not found: install torchserve in the environment of {sys.executable}")
+        with open(run.workdir / "console.log", "ab") as console:
+            return subprocess.run(
+                [str(exe), *args],
+                cwd=run.workdir,
+                env=dict(run.env),
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                # Own session: a Ctrl-C in the terminal reaches us, not the JVM; we stop it cleanly.
+                start_new_session=True,
+                timeout=timeout_s,
+                check=False,
+            )
+
+    def _wait_healthy(self, models: tuple[str, ...], deadline: float) -> None:
+        run = self._require_run()
+        key_file = run.workdir / "key_file.json"
+        while self._client is None:
+            self._check_alive("starting")
+            if key_file.is_file():
+                try:
+                    self._client = Client(run.endpoints, Tokens.from_key_file(key_file))
+                except LauncherError:
+                    pass  # written while we read it; try again
+            self._sleep_until(deadline, "key_file.json never appeared")
+        while True:
+            self._check_alive("starting")
+            try:
+                if self._client.ping(timeout_s=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            self._sleep_until(deadline, "/ping never answered 200")
+        for name in models:
+            self._wait_model(name, deadline)
+        self._remember_tree()
+
+    def _wait_model(self, name: str, deadline: float) -> None:
+        client = self._require_client()
+        while True:
+            self._check_alive(f"loading {name}")
+            try:
+                resp = client.management("GET", f"/models/{name}", timeout=10)
+            except requests.ConnectionError:
+                # The management port binds a moment after the inference port answers /ping
+                # (seconds apart on a loaded machine): not up yet, not a failure.
+                self._sleep_until(deadline, "the management API never answered")
+                continue
+            if resp.status_code == 404:
+                raise StartupError(f"model {name!r} is not registered\n{self._tails()}")
+            if resp.ok:
+                desc = resp.json()[0]
+                ready = sum(1 for w in desc["workers"] if w.get("status") == "READY")
+                if ready >= max(1, int(desc.get("minWorkers", 1))):
+                    return
+            failures = ts_logs.load_failures(self._require_run().workdir, name)
+            if failures >= MAX_LOAD_FAILURES:
+                raise StartupError(f"model {name!r} failed to load {failures} times\n{self._tails()}")
+            self._sleep_until(deadline, f"model {name!r} has no READY worker")
+
+    def _sleep_until(self, deadline: float, what: str) -> None:
+        if time.monotonic() > deadline:
+            raise StartupError(f"timed out after {self.spec.start_timeout_s:.0f} s: {what}\n{self._tails()}")
+        time.sleep(0.5)
+
+    def _check_alive(self, doing: str) -> None:
+        if processes.process(self._java_pid) is None:
+            raise StartupError(f"TorchServe exited while {doing}\n{self._tails()}")
+
+    def _remember_tree(self) -> None:
+        for proc in processes.tree(processes.process(self._java_pid)):
+            self._known.setdefault(proc.pid, proc)
+
+    # -- SIGTERM -> KeyboardInterrupt, so `finally` (and stop) runs ----------------------
+    def _install_sigterm(self) -> None:
+        self._old_sigterm = processes.sigterm_as_interrupt()
+
+    def _restore_sigterm(self) -> None:
+        processes.restore_sigterm(self._old_sigterm)
+        self._old_sigterm = None
+
+    # -- logs --------------------------------------------------------------------------------
+    def log_text(self, name: str = "model_log.log") -> str:
+        """Full text of one file under the server's logs/ (empty if absent or stopped)."""
+        return "" if self._run is None else ts_logs.read(self._run.workdir, name)
+
+    def _tails(self) -> str:
+        return "" if self._run is None else ts_logs.tails(self._run.workdir)
+
+    # -- access ------------------------------------------------------------------------------
+    def _require_run(self) -> _Run:
+        if self._run is None:
+            raise LauncherError("TorchServe is not running (use it as a context manager)")
+        return self._run
+
+    def _require_client(self) -> Client:
+        self._require_run()
+        if self._client is None:
+            raise LauncherError("TorchServe keys not read yet")
+        return self._client
+
+    @property
+    def client(self) -> Client:
+        return self._require_client()
+
+    @property
+    def tokens(self) -> Tokens:
+        return self._require_client().tokens
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return self._require_run().endpoints
+
+    @property
+    def inference_url(self) -> str:
+        return self.endpoints.inference
+
+    @property
+    def management_url(self) -> str:
+        return self.endpoints.management
+
+    @property
+    def metrics_url(self) -> str:
+        return self.endpoints.metrics
+
+    @property
+    def workdir(self) -> Path:
+        return self._require_run().workdir
+
+    @property
+    def config(self) -> ServerConfig:
+        """The config.properties this server actually runs with (ports rewritten etc.)."""
+        return self._require_run().config
+
+    @property
+    def java_pid(self) -> int | None:
+        return self._java_pid
+
+    # -- REST helpers (see benchmarks.serving.client.Client) ---------------------------------------
+    def predict(self, model: str, body: Body, content_type: str | None = None, **kwargs: Any) -> requests.Response:
+        return self.client.predict(model, body, content_type, **kwargs)
+
+    def describe(self, model: str) -> dict[str, Any]:
+        return self.client.describe(model)
+
+    def list_models(self) -> tuple[str, ...]:
+        return self.client.list_models()
+
+    def scale_workers(self, model: str, min_workers: int, max_workers: int | None = None) -> dict[str, Any]:
+        return self.client.scale_workers(model, min_workers, max_workers)
+
+    def worker_pids(self, model: str) -> tuple[int, ...]:
+        return self.client.worker_pids(model)
+
+    def metrics_text(self) -> str:
+        return self.client.metrics_text()

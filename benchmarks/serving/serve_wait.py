@@ -1,0 +1,128 @@
+"""`python -m benchmarks.serving.serve_wait`: after `make serve` started TorchServe from the repo root,
+wait until every model of config.properties answers, then print the URLs, where the keys are
+and a working curl line per model. Exit 1 (with the log tails) if it does not come up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+from benchmarks.serving import processes
+from benchmarks.serving.client import Client, Endpoints, Tokens
+from benchmarks.serving.errors import ApiError, LauncherError
+from benchmarks.serving.ts_config import ServerConfig
+from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG
+
+TEXT_EXAMPLE = '{"text": "A man is eating food."}'
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        kept = [l for l in path.read_text(errors="replace").splitlines() if "ACCESS_LOG" not in l and "TS_METRICS" not in l]
+    except OSError:
+        return f"(no {path})"
+    return f"--- tail of {path} ---\n" + "\n".join(kept[-lines:])
+
+
+def _server_pid() -> int | None:
+    """The pid `torchserve --start` recorded (it keeps its pid file in the temp dir)."""
+    try:
+        return int((Path(tempfile.gettempdir()) / ".model_server.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def wait(config: ServerConfig, workdir: Path, timeout_s: float) -> Client:
+    deadline = time.monotonic() + timeout_s
+    endpoints = Endpoints(
+        inference=config.address("inference_address"),
+        management=config.address("management_address"),
+        metrics=config.address("metrics_address"),
+    )
+    client = None
+    pending = list(config.model_names)
+    while True:
+        if time.monotonic() > deadline:
+            raise LauncherError(f"not ready after {timeout_s:.0f} s (waiting for: {', '.join(pending) or 'ping'})")
+        if processes.process(_server_pid()) is None:
+            raise LauncherError("TorchServe is not running (it exited, or was started elsewhere)")
+        try:
+            if client is None and (workdir / "key_file.json").is_file():
+                client = Client(endpoints, Tokens.from_key_file(workdir / "key_file.json"))
+            if client is not None and client.ping(timeout_s=2).status_code == 200:
+                pending = [m for m in pending if client.ready_workers(m) < 1]
+                if not pending:
+                    return client
+        except ApiError as err:
+            if err.status == 404:
+                raise LauncherError(f"a model of {config.path.name} is not registered: {err}") from err
+        except (requests.RequestException, LauncherError):
+            pass
+        time.sleep(1)
+
+
+def _model_kind(name: str) -> str:
+    """'image' or 'text', from the catalogue's handler file name (best effort)."""
+    try:
+        import yaml
+
+        handler = yaml.safe_load((CATALOGUE).read_text())["models"][name]["handler"]
+    except Exception:  # noqa: BLE001 - an example line is not worth failing for
+        handler = name
+    return "image" if "image" in handler else "text"
+
+
+def curl_line(name: str, inference_url: str, key_file: Path) -> str:
+    key = f"""$(python3 -c 'import json; print(json.load(open("{key_file}"))["inference"]["key"])')"""
+    auth = f'-H "Authorization: Bearer {key}"'
+    url = f"{inference_url}/predictions/{name}"
+    if _model_kind(name) == "image":
+        import skimage
+
+        photo = Path(skimage.__file__).resolve().parent / "data" / "chelsea.png"
+        body = f"-H 'Content-Type: image/png' --data-binary @{shlex.quote(str(photo))}"
+    else:
+        body = f"-H 'Content-Type: application/json' --data-binary {shlex.quote(TEXT_EXAMPLE)}"
+    return f"curl {auth} {body} {url}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serving.serve_wait", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="where torchserve was started")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    config = ServerConfig.load(args.config)
+    workdir = args.workdir.resolve()
+    print(f"waiting for TorchServe ({', '.join(config.model_names)}) ...", file=sys.stderr, flush=True)
+    began = time.monotonic()
+    try:
+        client = wait(config, workdir, args.timeout)
+    except LauncherError as err:
+        print(f"TorchServe did not come up: {err}", file=sys.stderr)
+        for name in ("ts_log.log", "model_log.log"):
+            print(_tail(workdir / "logs" / name), file=sys.stderr)
+        return 1
+    key_file = workdir / "key_file.json"
+    ep = client.endpoints
+    print(f"\nTorchServe is up in {time.monotonic() - began:.0f} s, models: {', '.join(config.model_names)}")
+    print(f"  inference   {ep.inference}/predictions/<model>   key: {key_file} -> inference.key")
+    print(f"  management  {ep.management}/models               key: {key_file} -> management.key")
+    print(f"  metrics     {ep.metrics}/metrics                 no key")
+    print(f"  logs        {workdir / 'logs'}")
+    print("\nTry:")
+    for name in config.model_names:
+        print(f"  {curl_line(name, ep.inference, key_file)}")
+    print("\nStop it with: make stop")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""TorchServe's config.properties, read once into frozen dataclasses.
+
+The per-model values live in the `models=` property, a JSON object keyed by model name, then by
+model version (TorchServe 0.12 looks values up with the archive's version string):
+
+    models={"minilm": {"1.0": {"defaultVersion": true, "marName": "minilm.mar",
+            "minWorkers": 1, "maxWorkers": 1, "batchSize": 8, "maxBatchDelay": 10,
+            "responseTimeout": 120}}}
+
+A `model-config.yaml` inside the .mar that sets batchSize/maxBatchDelay/minWorkers/... wins over
+these values; our archives carry handler settings only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+from urllib.parse import urlsplit
+
+from benchmarks.serving import properties
+from benchmarks.serving.errors import ConfigError
+
+# The address properties and the default TorchServe uses when one is absent.
+ADDRESS_DEFAULTS = MappingProxyType(
+    {
+        "inference_address": "http://127.0.0.1:8080",
+        "management_address": "http://127.0.0.1:8081",
+        "metrics_address": "http://127.0.0.1:8082",
+    }
+)
+# gRPC servers always start in 0.12 (no switch); these ports must be free too.
+GRPC_PORT_DEFAULTS = MappingProxyType({"grpc_inference_port": "7070", "grpc_management_port": "7071"})
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The frontend's per-model values: what the tuner searches over."""
+
+    batch_size: int = 1
+    max_batch_delay_ms: int = 100
+    min_workers: int = 1
+    max_workers: int = 1
+    response_timeout_s: int = 120
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "min_workers", "max_workers", "response_timeout_s"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_batch_delay_ms < 0:
+            raise ConfigError(f"max_batch_delay_ms must be >= 0, got {self.max_batch_delay_ms}")
+        if self.max_workers < self.min_workers:
+            raise ConfigError(f"max_workers {self.max_workers} < min_workers {self.min_workers}")
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "minWorkers": self.min_workers,
+            "maxWorkers": self.max_workers,
+            "batchSize": self.batch_size,
+            "maxBatchDelay": self.max_batch_delay_ms,
+            "responseTimeout": self.response_timeout_s,
+        }
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, object]) -> "ModelSettings":
+        defaults = cls()
+        return cls(
+            batch_size=int(values.get("batchSize", defaults.batch_size)),
+            max_batch_delay_ms=int(values.get("maxBatchDelay", defaults.max_batch_delay_ms)),
+            min_workers=int(values.get("minWorkers", defaults.min_workers)),
+            max_workers=int(values.get("maxWorkers", defaults.max_workers)),
+            response_timeout_s=int(values.get("responseTimeout", defaults.response_timeout_s)),
+        )
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the `models=` stanza (one version, the default one)."""
+
+    name: str
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    version: str = "1.0"
+    mar_name: str = ""
+
+    @property
+    def archive(self) -> str:
+        return self.mar_name or f"{self.name}.mar"
+
+    def to_json(self) -> dict[str, dict[str, object]]:
+        body: dict[str, object] = {"defaultVersion": True, "marName": self.archive}
+        body.update(self.settings.to_json())
+        return {self.version: body}
+
+
+def parse_models(text: str) -> tuple[ModelEntry, ...]:
+    """Parse a `models=` value. Several versions of one model: the defaultVersion one is kept."""
+    if not text.strip():
+        return ()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"models= is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError("models= must be a JSON object {name: {version: {...}}}")
+    entries = []
+    for name, versions in raw.items():
+        if not isinstance(versions, dict) or not versions:
+            raise ConfigError(f"models= entry {name!r} must map versions to settings")
+        if not all(isinstance(v, dict) for v in versions.values()):
+            raise ConfigError(
+                f"models= entry {name!r}: expected {{\"<version>\": {{...}}}}, the per-version form"
+            )
+        chosen = next(
+            (v for v in versions.items() if v[1].get("defaultVersion")), next(iter(versions.items()))
+        )
+        version, values = chosen
+        entries.append(
+            ModelEntry(
+                name=name,
+                settings=ModelSettings.from_json(values),
+                version=str(version),
+                mar_name=str(values.get("marName", "")),
+            )
+        )
+    return tuple(entries)
+
+
+def format_models(entries: tuple[ModelEntry, ...]) -> str:
+    return json.dumps({e.name: e.to_json() for e in entries}, separators=(", ", ": "))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A config.properties file: all its properties, plus the parsed `models=` entries."""
+
+    path: Path
+    properties: Mapping[str, str]
+    models: tuple[ModelEntry, ...]
+
+    @classmethod
+    def load(cls, path: Path) -> "ServerConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        props = properties.read(path)
+        return cls(path=path, properties=MappingProxyType(props), models=parse_models(props.get("models", "")))
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.properties.get(key, default)
+
+    def address(self, key: str) -> str:
+        """Base URL of the inference/management/metrics API, without a trailing slash."""
+        value = self.properties.get(key, ADDRESS_DEFAULTS[key])
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.port:
+            raise ConfigError(f"{key}={value!r}: expected http(s)://host:port")
+        host = parts.hostname or "127.0.0.1"
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"{parts.scheme}://{host}:{parts.port}"
+
+    def model(self, name: str) -> ModelEntry:
+        for entry in self.models:
+            if entry.name == name:
+                return entry
+        raise ConfigError(f"model {name!r} not in models= of {self.path}")
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.models)
+
+    def with_models(self, models: Mapping[str, ModelSettings]) -> tuple[ModelEntry, ...]:
+        """The models= entries with the given settings swapped in; others kept, new ones appended."""
+        out = [replace(e, settings=models[e.name]) if e.name in models else e for e in self.models]
+        known = set(self.model_names)
+        out += [ModelEntry(name=n, settings=s) for n, s in models.items() if n not in known]
+        return tuple(out)
