@@ -67,7 +67,7 @@ def _write_state(store: Path, name: str, digest: str) -> None:
     os.replace(tmp, store / STATE_FILE)
 
 
-def stage_files(entry: ModelEntry, root: Path, stage: Path, extras: dict) -> Path:
+def stage_files(root: Path, stage: Path, extras: dict) -> Path:
     """Lay out what goes inside the archive; returns the folder passed as extra_files.
 
     torch-model-archiver copies an extra-files folder's *contents* to the archive root, keeping
@@ -131,7 +131,7 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
     store.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"build-{name}-", dir=store) as tmp:
         stage = Path(tmp)
-        content = stage_files(entry, root, stage, extras)
+        content = stage_files(root, stage, extras)
         progress(f"  {name}: exporting weights ({entry.serialisation})")
         served = export.export(entry, cls, settings, weights, content)
         served = Path(shutil.move(str(served), stage / served.name))

@@ -14,8 +14,10 @@ from build.errors import CatalogueError
 
 SERIALISATIONS = ("state_dict", "torchscript")
 WEIGHT_FORMATS = ("torch", "safetensors")
-# Keys that would override config.properties' models= values if they reached model-config.yaml.
-FRONTEND_KEYS = ("batchSize", "maxBatchDelay", "minWorkers", "maxWorkers", "responseTimeout")
+# TorchServe's per-model frontend values, in the order config.properties' models= entries list
+# them: GET /models/<name> reports them, and a model-config.yaml that set them would override
+# config.properties (so the catalogue refuses them in a model's settings).
+FRONTEND_KEYS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 

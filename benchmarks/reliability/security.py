@@ -16,7 +16,7 @@ import pickle
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 import psutil
@@ -134,6 +134,11 @@ def torch_load_calls(root: Path = REPO_ROOT, dirs: Sequence[str] = SOURCE_DIRS) 
     return unsafe
 
 
+# torch.load(weights_only=True) refuses with UnpicklingError, torch.jit.load with RuntimeError; any
+# other exception (an ImportError in our own code, say) is not a refusal of the payload.
+REFUSALS = (pickle.UnpicklingError, RuntimeError)
+
+
 class _Payload:
     """Unpickling this creates a file: proof that a pickle ran code."""
 
@@ -144,35 +149,57 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
-def pickled_payload_outcome(graph: str) -> Tuple[bool, str]:
-    """Point the image handler's weight loading (graph 'eager': torch.load; 'torchscript':
-    torch.jit.load) at a pickle that runs code. Refused without running it: (True, why)."""
+def write_payloads(folder: Path, marker: Path) -> Dict[str, Path]:
+    """Weight files that run code (create `marker`) when an unsafe loader unpickles them: a raw
+    pickle, and a torch.save zip (the container TorchScript archives share)."""
+    import torch
+
+    payload = {"conv.weight": _Payload(str(marker))}
+    raw, archive = folder / "raw-pickle.pt", folder / "torch-save.pt"
+    with open(raw, "wb") as handle:
+        pickle.dump(payload, handle, protocol=2)
+    torch.save(payload, archive)
+    return {"raw pickle": raw, "torch.save zip": archive}
+
+
+def payload_outcome(load: Callable[[Path], object], payload: Path, marker: Path) -> Tuple[bool, str]:
+    """(refused without running it, evidence) for one loader and one payload file."""
+    marker.unlink(missing_ok=True)
+    try:
+        load(payload)
+    except REFUSALS as exc:
+        return not marker.exists(), f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+    except Exception as exc:  # noqa: BLE001 - reported as a failed check, never as a refusal
+        return False, f"{type(exc).__name__} is not a refusal: {str(exc).splitlines()[0][:100]}"
+    return False, "loaded" + (": the payload ran" if marker.exists() else "")
+
+
+def handler_loader(graph: str) -> Callable[[Path], object]:
+    """The image handler's own weight loading ('eager': torch.load; 'torchscript': torch.jit.load)."""
     import torch
 
     from handlers.image_classifier import ImageClassifier
     from handlers.settings import HandlerSettings, ImageSettings, RuntimeSettings
 
-    with tempfile.TemporaryDirectory(prefix="pickle-payload-") as tmp:
-        marker = Path(tmp) / "payload-ran"
-        with open(Path(tmp) / "weights.pt", "wb") as handle:
-            pickle.dump({"conv.weight": _Payload(str(marker))}, handle, protocol=2)
+    def load(path: Path) -> object:
         handler = ImageClassifier()
-        handler.settings = HandlerSettings("weights.pt", ImageSettings(), RuntimeSettings(graph=graph, warmup=False))
+        handler.settings = HandlerSettings(path.name, ImageSettings(), RuntimeSettings(graph=graph, warmup=False))
         handler.device = torch.device("cpu")
-        try:
-            handler.load_model(Path(tmp))
-        except Exception as exc:  # noqa: BLE001 - any refusal will do, as long as nothing ran
-            return not marker.exists(), f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-        return False, "the payload was loaded" + (" and ran" if marker.exists() else "")
+        return handler.load_model(path.parent)
+
+    return load
 
 
 def weights_checks() -> List[Check]:
     unsafe = torch_load_calls()
     checks = [Check("every torch.load in handlers/ and build/ passes weights_only=True", not unsafe,
                     "none without it" if not unsafe else f"without it: {', '.join(unsafe)}")]
-    for graph in ("eager", "torchscript"):
-        refused, why = pickled_payload_outcome(graph)
-        checks.append(Check(f"a pickled non-tensor payload is refused ({graph} loading)", refused, why))
+    with tempfile.TemporaryDirectory(prefix="pickle-payload-") as tmp:
+        marker = Path(tmp) / "payload-ran"
+        for kind, payload in write_payloads(Path(tmp), marker).items():
+            for graph in ("eager", "torchscript"):
+                refused, why = payload_outcome(handler_loader(graph), payload, marker)
+                checks.append(Check(f"a {kind} that runs code is refused ({graph} loading)", refused, why))
     return checks
 
 

@@ -3,8 +3,8 @@
 Only counters are used, so the difference between a scrape at the start and one at the end of a
 measured interval gives exact totals for that interval:
 
-- frontend (TorchServe 0.12, labels model_name/model_version): `ts_inference_requests_total`,
-  `ts_queue_latency_microseconds` (time requests waited for a worker, summed),
+- frontend (TorchServe 0.12, labels model_name/model_version): `ts_inference_requests_total`
+  (read without `_total`), `ts_queue_latency_microseconds` (time requests waited for a worker, summed),
   `ts_inference_latency_microseconds` (time from arrival to answer, summed);
 - our handlers (handlers/stage_metrics.py, labels ModelName/Level[/BatchSize]):
   `HandlerPreprocessMs`, `HandlerInferenceMs`, `HandlerPostprocessMs` (milliseconds summed over
@@ -15,44 +15,37 @@ The stock baseline handler emits none of ours: its stage figures are simply abse
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Dict, Mapping, Optional, Tuple
 
+from prometheus_client.parser import text_string_to_metric_families
+
 Labels = Tuple[Tuple[str, str], ...]
 SeriesKey = Tuple[str, Labels]
-
-_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 STAGE_COUNTERS = {"preprocess": "HandlerPreprocessMs", "inference": "HandlerInferenceMs",
                   "postprocess": "HandlerPostprocessMs"}
 BATCHES = "HandlerBatches"
 ITEMS = "HandlerItems"
-REQUESTS = "ts_inference_requests_total"
+REQUESTS = "ts_inference_requests"
 QUEUE_US = "ts_queue_latency_microseconds"
 LATENCY_US = "ts_inference_latency_microseconds"
 
 
 def parse(text: str) -> Dict[SeriesKey, float]:
-    """Prometheus text exposition -> {(name, sorted labels): value}. Comments and NaN skipped."""
+    """Prometheus text exposition -> {(name, sorted labels): value}; NaN samples skipped.
+
+    Names lose OpenMetrics' `_total` suffix: prometheus_client's parser adds it to the samples of
+    a family TYPEd counter, so without this a counter's name would depend on its TYPE line.
+    """
     out: Dict[SeriesKey, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _LINE.match(line)
-        if match is None:
-            continue
-        name, raw_labels, raw_value = match.groups()
-        try:
-            value = float(raw_value)
-        except ValueError:
-            continue
-        if value != value:  # NaN
-            continue
-        labels = tuple(sorted(_LABEL.findall(raw_labels or "")))
-        out[(name, labels)] = value
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.value != sample.value:  # NaN
+                continue
+            name = sample.name[: -len("_total")] if sample.name.endswith("_total") else sample.name
+            out[(name, tuple(sorted(sample.labels.items())))] = float(sample.value)
     return out
 
 

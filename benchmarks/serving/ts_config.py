@@ -17,11 +17,12 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from benchmarks.serving import properties
 from benchmarks.serving.errors import ConfigError
+from build.catalogue import FRONTEND_KEYS
 
 # The address properties and the default TorchServe uses when one is absent.
 ADDRESS_DEFAULTS = MappingProxyType(
@@ -33,6 +34,13 @@ ADDRESS_DEFAULTS = MappingProxyType(
 )
 # gRPC servers always start in 0.12 (no switch); these ports must be free too.
 GRPC_PORT_DEFAULTS = MappingProxyType({"grpc_inference_port": "7070", "grpc_management_port": "7071"})
+
+
+# ModelSettings' field for each frontend key (FRONTEND_KEYS' order).
+_FIELDS = MappingProxyType(dict(zip(FRONTEND_KEYS, ("min_workers", "max_workers", "batch_size", "max_batch_delay_ms",
+                                                    "response_timeout_s"))))
+# What the tuner decides; responseTimeout stays as the file has it.
+TUNED_KEYS = FRONTEND_KEYS[:4]
 
 
 @dataclass(frozen=True)
@@ -55,24 +63,17 @@ class ModelSettings:
             raise ConfigError(f"max_workers {self.max_workers} < min_workers {self.min_workers}")
 
     def to_json(self) -> dict[str, int]:
-        return {
-            "minWorkers": self.min_workers,
-            "maxWorkers": self.max_workers,
-            "batchSize": self.batch_size,
-            "maxBatchDelay": self.max_batch_delay_ms,
-            "responseTimeout": self.response_timeout_s,
-        }
+        return {key: getattr(self, name) for key, name in _FIELDS.items()}
 
     @classmethod
     def from_json(cls, values: Mapping[str, object]) -> "ModelSettings":
-        defaults = cls()
-        return cls(
-            batch_size=int(values.get("batchSize", defaults.batch_size)),
-            max_batch_delay_ms=int(values.get("maxBatchDelay", defaults.max_batch_delay_ms)),
-            min_workers=int(values.get("minWorkers", defaults.min_workers)),
-            max_workers=int(values.get("maxWorkers", defaults.max_workers)),
-            response_timeout_s=int(values.get("responseTimeout", defaults.response_timeout_s)),
-        )
+        return cls(**{name: int(values[key]) for key, name in _FIELDS.items() if key in values})
+
+    def mismatches(self, described: Mapping[str, object], keys: Sequence[str] = TUNED_KEYS) -> Tuple[str, ...]:
+        """'key: seen, expected' for each of `keys` where a frontend description differs from these values."""
+        wanted = self.to_json()
+        return tuple(f"{key}={described.get(key)!r}, expected {wanted[key]}" for key in keys
+                     if described.get(key) != wanted[key])
 
 
 @dataclass(frozen=True)

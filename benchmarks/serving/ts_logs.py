@@ -9,6 +9,8 @@ LOG_FILES = ("ts_log.log", "model_log.log")
 _LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 # Our own polling (access log) and the periodic metrics: noise in an error message.
 _NOISE = re.compile(r"ACCESS_LOG|TS_METRICS|MetricCollector")
+# How the frontend reports a worker process that died under it.
+WORKER_DEATH = re.compile(r"worker died|worker disconnected|backend worker process died", re.IGNORECASE)
 
 
 def read(workdir: Path, name: str) -> str:
@@ -23,6 +25,11 @@ def load_failures(workdir: Path, model: str) -> int:
     """How many times a worker of `model` failed while starting/loading (distinct log lines)."""
     pattern = re.compile(rf"W-\d+-{re.escape(model)}_\S* State change WORKER_STARTED -> WORKER_ERROR")
     return len({line for line in read(workdir, "ts_log.log").splitlines() if pattern.search(line)})
+
+
+def worker_deaths(text: str) -> list[str]:
+    """The log lines of `text` that report a worker dying, each once (TorchServe doubles some)."""
+    return list(dict.fromkeys(line.strip() for line in text.splitlines() if WORKER_DEATH.search(line)))
 
 
 def tails(workdir: Path, lines: int = 40) -> str:

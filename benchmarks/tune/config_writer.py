@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from benchmarks.serving import properties
-from benchmarks.serving.ts_config import ModelSettings
+from benchmarks.serving.ts_config import TUNED_KEYS, ModelSettings
 from benchmarks.tune.errors import ConfigWriteError
 
 HEADER = "# Tuner provenance (python -m benchmarks.tune): one record per tuned model, for its values in models= below."
@@ -48,7 +48,7 @@ class Update:
     def apply(self, entry: Dict[str, object]) -> Dict[str, object]:
         values = self.settings.to_json()
         out = dict(entry)
-        for key in ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay"):
+        for key in TUNED_KEYS:
             out[key] = values[key]
         out.setdefault("responseTimeout", values["responseTimeout"])
         return out
@@ -266,8 +266,7 @@ def write_config(path: Path, updates: Sequence[Update], records: Sequence[Proven
     for update in updates:  # read back as TorchServe will, before the file is replaced
         versions = written.get(update.name) or {}
         default = next((b for b in versions.values() if b.get("defaultVersion")), next(iter(versions.values()), {}))
-        expected = update.settings.to_json()
-        if any(default.get(k) != expected[k] for k in ("batchSize", "maxBatchDelay", "minWorkers", "maxWorkers")):
+        if update.settings.mismatches(default):
             raise ConfigWriteError(f"internal error: {update.name}'s values do not read back from the new text")
     tmp = path.with_name(f".{path.name}.tuner-tmp")
     tmp.write_text(new, encoding="utf-8", newline="")

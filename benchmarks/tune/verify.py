@@ -18,15 +18,13 @@ from pathlib import Path
 from typing import Callable, Optional, Tuple
 
 from benchmarks.tune.measure import LoadSettings, ServedMeasurer
+from build.catalogue import FRONTEND_KEYS
 from benchmarks.tune.search import Point
 from benchmarks.tune.space import Candidate
 
 Progress = Callable[[str], None]
-# GET /models/<name> field -> the candidate's value.
 RETRIES = 2
 VERIFY_WARMUP_S = 10.0
-CHECKED = {"batchSize": "batch_size", "maxBatchDelay": "max_batch_delay_ms", "minWorkers": "workers",
-           "maxWorkers": "workers"}
 
 
 @dataclass(frozen=True)
@@ -85,13 +83,12 @@ def verify(model: str, config: Path, model_store: Path, chosen: Candidate, rate_
             rate = rate_rps / backoff ** len(points)
             progress(f"verification: p99 over the SLO at {points[-1].rate_rps:.1f} req/s; once more at {rate:.1f}")
             points.append(measurer.measure(chosen, rate))
-    wanted = chosen.to_json()
-    mismatches = tuple(f"GET /models/{model} shows {field}={described.get(field)!r}, the file says {wanted[key]}"
-                       for field, key in CHECKED.items() if described.get(field) != wanted[key])
-    if threads and set(threads) != {chosen.threads}:
-        mismatches += (f"workers logged {threads} intra-op threads, expected {chosen.threads}",)
-    kept = {k: described.get(k) for k in ("modelVersion", "batchSize", "maxBatchDelay", "minWorkers", "maxWorkers",
-                                          "responseTimeout")}
+    mismatches = tuple(f"GET /models/{model} shows {m} from the written file"
+                       for m in chosen.settings().mismatches(described))
+    if len(threads) != chosen.workers or set(threads) != {chosen.threads}:  # none logged is a failure too
+        mismatches += (f"workers logged intra-op threads {list(threads)}, expected {chosen.threads} from each "
+                       f"of {chosen.workers}",)
+    kept = {k: described.get(k) for k in ("modelVersion", *FRONTEND_KEYS)}
     kept["workers"] = len(described.get("workers") or ())
     result = Verification(str(config), kept, mismatches, threads, tuple(points), slo_ms, time.perf_counter() - began)
     progress(f"verification: {result.summary()}")

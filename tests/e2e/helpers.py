@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import io
-import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
@@ -14,9 +14,7 @@ import requests
 from PIL import Image
 
 from benchmarks.serving.launcher import TorchServe
-
-CAT_LABELS = {"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"}  # ImageNet 281-285
-WORKER_DEATH = re.compile(r"worker died|worker disconnected|backend worker process died", re.IGNORECASE)
+from benchmarks.serving.server_metrics import BATCHES, Scrape
 
 
 class Request(NamedTuple):
@@ -79,12 +77,20 @@ def assert_bad_request(resp: requests.Response) -> None:
     assert isinstance(body.get("message"), str) and len(body["message"]) > 5, body
 
 
-def formed_batch_sizes(metrics_text: str, model: str) -> set[int]:
-    """Batch sizes the handler reported (HandlerBatches{BatchSize=...}) for one model."""
-    sizes = set()
-    for line in metrics_text.splitlines():
-        if line.startswith("HandlerBatches{") and f'ModelName="{model}"' in line:
-            match = re.search(r'BatchSize="(\d+)"', line)
-            if match and float(line.rsplit(" ", 1)[1]) > 0:
-                sizes.add(int(match.group(1)))
-    return sizes
+def formed_batches(server: TorchServe, model: str) -> dict[int, int]:
+    """Batches formed so far per batch size (the handler's HandlerBatches{BatchSize=...} counter)."""
+    counts = Scrape.of(server.metrics_text()).by_label(BATCHES, model, "BatchSize")
+    return {int(size): int(n) for size, n in counts.items() if n > 0}
+
+
+def batches_since(server: TorchServe, model: str, before: dict[int, int], items: int,
+                  timeout_s: float = 10.0) -> dict[int, int]:
+    """Batches formed since `before`, once they account for `items` accepted requests: workers
+    report metrics through their log stream, a moment after the answers went out (bounded wait)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = formed_batches(server, model)
+        new = {size: n - before.get(size, 0) for size, n in now.items() if n > before.get(size, 0)}
+        if sum(size * n for size, n in new.items()) >= items or time.monotonic() > deadline:
+            return new
+        time.sleep(0.2)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.helpers import CAT_LABELS, assert_bad_request, jpeg_of, pixel_bomb_png, top5
+from benchmarks.load.inputs import CAT_LABELS
+from tests.e2e.helpers import assert_bad_request, jpeg_of, pixel_bomb_png, top5
 
 pytestmark = pytest.mark.e2e
 MODEL = "efficientnet_lite0"

@@ -2,18 +2,17 @@
 stage timings and formed batch sizes on the Prometheus endpoint."""
 
 import json
-import re
 import time
-from pathlib import Path
 
 import pytest
 
 from benchmarks.load.inputs import photo_jpegs
 from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
+from benchmarks.serving.server_metrics import BATCHES, ITEMS, STAGE_COUNTERS, Scrape
 from benchmarks.serving.ts_config import ModelSettings
 from build.archive import build_entry
 from build.catalogue import Catalogue
-from benchmarks.serving.repo import REPO_ROOT, CATALOGUE, MODEL_STORE
 
 pytestmark = pytest.mark.e2e
 
@@ -46,14 +45,6 @@ def test_trace_has_stage_regions(profiled_server):
     assert "top operators" in profiled_server.log_text("model_log.log")
 
 
-def counter(text: str, name: str, **labels) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def test_stage_metrics_on_prometheus(profiled_server):
     before = profiled_server.metrics_text()
     for body in list(photo_jpegs().values())[:3]:
@@ -63,12 +54,12 @@ def test_stage_metrics_on_prometheus(profiled_server):
     deadline = time.monotonic() + 10
     while True:
         after = profiled_server.metrics_text()
-        added = counter(after, "HandlerItems", ModelName=MODEL) - counter(before, "HandlerItems", ModelName=MODEL)
+        added = Scrape.of(after).total(ITEMS, MODEL) - Scrape.of(before).total(ITEMS, MODEL)
         if added >= 3 or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert added == 3
-    for stage in ("HandlerPreprocessMs", "HandlerInferenceMs", "HandlerPostprocessMs"):
-        assert counter(after, stage, ModelName=MODEL) > counter(before, stage, ModelName=MODEL), stage
-    sizes = re.findall(r'HandlerBatches\{[^}]*BatchSize="(\d+)"', after)
+    for stage in STAGE_COUNTERS.values():
+        assert Scrape.of(after).total(stage, MODEL) > Scrape.of(before).total(stage, MODEL), stage
+    sizes = Scrape.of(after).by_label(BATCHES, MODEL, "BatchSize")
     assert sizes and all(1 <= int(size) <= 8 for size in sizes)

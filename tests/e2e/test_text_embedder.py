@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.e2e.helpers import assert_bad_request, cosine, embedding
+from tests.references import text_embeddings
 
 pytestmark = pytest.mark.e2e
 MODEL = "minilm"
@@ -20,9 +21,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def reference():
-    from handlers.text_embedder import reference_embeddings
-
-    return reference_embeddings(TEXTS)
+    return text_embeddings(TEXTS)
 
 
 def test_embeddings_match_reference(server, reference):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -45,20 +44,18 @@ def tuned(tmp_path_factory, model_store):
     root_before = (DEFAULT_CONFIG).read_bytes()
     config = tmp / "config.properties"
     config.write_bytes(root_before)
-    began = time.monotonic()
     # Two workers x one thread (robust next to other jobs), batch 1 or 4: TorchServe's defaults
     # (2 workers, batch 1) cover the first, the search measures at most the second.
     done = run_tune("--model", MODEL, "--space", "tiny", "--workers", "2", "--batch-sizes", "1,4", "--delays", "5",
                     "--slo-ms", "1000", "--config", str(config), "--model-store", str(model_store),
                     "--out", str(tmp / "reports"), "--window-s", "1", "--max-windows", "3", "--stable-windows", "2",
                     "--warmup-s", "1", "--fit-seconds", "0.5", "--max-candidates", "1", "--max-points", "3")
-    seconds = time.monotonic() - began
-    assert done.returncode in (0, 1), f"tune exited {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
+    assert done.returncode == 0, f"tune exited {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
     assert (DEFAULT_CONFIG).read_bytes() == root_before, "the real root config.properties changed"
     folders = list((tmp / "reports").iterdir())
     assert len(folders) == 1 and folders[0].name.startswith(f"tune-{MODEL}-")
     return {"done": done, "config": config, "original": root_before.decode(), "folder": folders[0],
-            "report": json.loads((folders[0] / "report.json").read_text()), "seconds": seconds,
+            "report": json.loads((folders[0] / "report.json").read_text()),
             "model_store": model_store}
 
 
@@ -94,23 +91,27 @@ def test_only_the_stanza_and_provenance_changed(tuned):
     assert f"# tuned {MODEL}: " in written and tuned["folder"].name in written
 
 
-def test_verification_read_the_written_values(tuned):
+def test_verification_read_the_written_values_and_passed(tuned):
     verification = tuned["report"]["verification"]
     assert verification is not None and verification["mismatches"] == []
     chosen = tuned["report"]["chosen"]["candidate"]
     described = verification["described"]
     assert (described["batchSize"], described["maxBatchDelay"], described["minWorkers"]) == (
         chosen["batch_size"], chosen["max_batch_delay_ms"], chosen["workers"])
-    assert set(verification["worker_threads"]) <= {chosen["threads"]}
+    # Every worker logged its thread count, and it is the candidate's.
+    assert len(verification["worker_threads"]) == chosen["workers"]
+    assert set(verification["worker_threads"]) == {chosen["threads"]}
     assert verification["points"] and verification["points"][0]["rate_rps"] > 0
+    assert verification["passed"] is True, verification["summary"]
 
 
 def test_resume_replays_without_measuring(tuned):
-    began = time.monotonic()
     done = run_tune("--resume", str(tuned["folder"]))
-    assert done.returncode == tuned["done"].returncode, done.stderr[-4000:]
-    assert "resuming" in done.stderr and "starting TorchServe" not in done.stderr
-    assert time.monotonic() - began < max(60.0, 0.5 * tuned["seconds"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "resuming" in done.stderr
+    # Nothing measured again: no server started, no in-process fit, the verification replayed.
+    assert "starting TorchServe" not in done.stderr and "in-process:" not in done.stderr
+    assert "verification replayed from the checkpoint" in done.stderr
     again = json.loads((tuned["folder"] / "report.json").read_text())
     assert again["chosen"] == tuned["report"]["chosen"]
     assert again["search"] == tuned["report"]["search"]

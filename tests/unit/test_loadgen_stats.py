@@ -10,8 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from benchmarks import loadgen, server_metrics, stats
-from benchmarks.stats import NO_RESPONSE, Sample, StabilityRule, Window
+from benchmarks.load import loadgen, stats
+
+from benchmarks.serving import server_metrics
+from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
 
 pytestmark = pytest.mark.unit
 
@@ -199,12 +201,13 @@ def test_prometheus_diff_without_our_counters():
 
 
 # -- the generator itself, against a local HTTP server that answers in 20 ms ----------------
+SLOW_S = 20.0  # the "slow" payload's answer time: far beyond any drain under test
 class _Slow(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
-        time.sleep(3.0 if self.headers.get("Content-Type") == "application/slow" else 0.02)
+        time.sleep(SLOW_S if self.headers.get("Content-Type") == "application/slow" else 0.02)
         status = b"503 Unavailable" if self.headers.get("Content-Type") == "application/fail" else b"200 OK"
         # One write for the whole answer (no Nagle / delayed-ACK stall between headers and body).
         self.wfile.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: 2\r\n\r\nok")
@@ -229,10 +232,14 @@ def test_closed_loop_against_a_local_server(local_target):
     result = loadgen.closed_loop(local_target, [loadgen.Payload(b"x", "text/plain")], 2, rule, 0.5,
                                  progress=lambda _: None)
     f = result.figures()
-    assert 5 <= f["throughput_rps"] <= 100  # 2 clients x 1 / (20 ms + overhead)
-    # Little's law: concurrency = throughput x mean latency.
-    assert f["throughput_rps"] * f["latency_ms"]["mean_ms"] / 1000 == pytest.approx(2.0, rel=0.2)
-    assert f["latency_ms"]["p50_ms"] >= 20 and f["errors"] == {}
+    # Bounds that hold however loaded the machine is: the server sleeps 20 ms per request, so two
+    # clients can never exceed 100 req/s, and no answer comes back in under 20 ms.
+    assert 0 < f["throughput_rps"] <= 100 and f["latency_ms"]["p50_ms"] >= 20 and f["errors"] == {}
+    # Little's law on the recorded samples: two clients always busy means, over the reported
+    # interval, summed request time = 2 x its length (up to the requests cut at its two edges).
+    start, end = result.interval
+    busy = sum(min(s.done, end) - max(s.sent, start) for s in result.samples if s.done > start and s.sent < end)
+    assert busy == pytest.approx(2 * (end - start), rel=0.05)
     assert len(result.edges) == len(result.windows) + 1
 
 
@@ -241,10 +248,14 @@ def test_open_loop_against_a_local_server(local_target):
     payloads = [loadgen.Payload(b"x", "text/plain"), loadgen.Payload(b"y", "application/fail")]
     result = loadgen.open_loop(local_target, payloads, 40.0, rule, 1.0, connections=8, progress=lambda _: None)
     f = result.figures()
-    assert f["offered_rps"] == pytest.approx(40.0, rel=0.35)
-    assert f["throughput_rps"] == pytest.approx(f["offered_rps"] / 2, rel=0.35)  # every other one fails
-    assert set(f["errors"]) == {"503"}
-    assert f["latency_ms"]["p50_ms"] >= 20
+    # Arrivals follow the seeded schedule whatever the machine does (latency counts from it), so
+    # the offered rate is the Poisson count over the interval: within 4 sigma of 40 req/s.
+    scheduled = f["offered_rps"] * f["seconds"]
+    assert abs(scheduled - 40.0 * f["seconds"]) <= 4 * (40.0 * f["seconds"]) ** 0.5
+    # Every other payload fails: the answers split evenly between 200 and 503.
+    answered = [s for s in result.samples if s.status in (200, 503)]
+    assert abs(sum(s.status == 200 for s in answered) - len(answered) / 2) <= 1
+    assert set(f["errors"]) == {"503"} and f["latency_ms"]["p50_ms"] >= 20
 
 
 def test_open_loop_drain_is_bounded(local_target):
@@ -253,7 +264,9 @@ def test_open_loop_drain_is_bounded(local_target):
     began = time.perf_counter()
     result = loadgen.open_loop(local_target, [loadgen.Payload(b"x", "application/slow")], 20.0, rule, 0.5,
                                connections=4, drain_s=0.3, progress=lambda _: None)
-    assert time.perf_counter() - began < 2.5
+    # Half a second of load and 0.3 s of drain: the point must end long before the first slow
+    # answer could (SLOW_S), however slow the machine.
+    assert time.perf_counter() - began < SLOW_S / 2
     assert result.samples and all(s.status == NO_RESPONSE for s in result.samples)
     figures = result.figures()
     assert figures["throughput_rps"] == 0.0 and result.max_busy == 4
@@ -262,7 +275,7 @@ def test_open_loop_drain_is_bounded(local_target):
 
 
 def test_process_usage_and_the_rest_of_the_machine():
-    from benchmarks import resources
+    from benchmarks.serving import resources
 
     before = resources.Reading(10.0, {"frontend": 1.0, "workers": 5.0, "machine": 100.0},
                                {"frontend": 0, "workers": 0, "machine": 0})
@@ -275,7 +288,7 @@ def test_process_usage_and_the_rest_of_the_machine():
 
 
 def _point(mode: str, rps: float, p99: float, errors: dict = None):
-    from benchmarks.runner import Point
+    from benchmarks.load.runner import Point
 
     figures = {"mode": mode, "level": rps, "throughput_rps": rps, "latency_ms": {"p99_ms": p99},
                "errors": errors or {}, "unanswered": 0}
@@ -283,7 +296,7 @@ def _point(mode: str, rps: float, p99: float, errors: dict = None):
 
 
 def test_latency_target_counts_open_loop_points_only():
-    from benchmarks.runner import best_within, peak
+    from benchmarks.load.runner import best_within, peak
 
     points = [_point("closed", 300.0, 40.0), _point("open", 150.0, 45.0), _point("open", 250.0, 80.0),
               _point("open", 200.0, 30.0, errors={"503": 1})]

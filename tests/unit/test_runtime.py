@@ -24,16 +24,25 @@ def test_sibling_count_outside_torchserve_is_one():
     assert runtime.sibling_worker_count() == 1
 
 
-def test_precision_resolution_cpu(caplog):
-    cpu = torch.device("cpu")
-    assert runtime.resolve_precision("fp32", cpu) is None
-    expected_bf16 = torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
-    assert runtime.resolve_precision("bf16", cpu) is expected_bf16
-    if not torch.ops.mkldnn._is_mkldnn_fp16_supported():
-        assert runtime.resolve_precision("fp16", cpu) is None
-        assert "falling back to fp32" in caplog.text
+@pytest.mark.parametrize("requested, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+@pytest.mark.parametrize("supported", [True, False], ids=["cpu-supports-it", "cpu-lacks-it"])
+def test_precision_resolution_cpu(monkeypatch, caplog, requested, dtype, supported):
+    """Both outcomes on any CPU: the CPU's support is what the test sets, not what this machine has."""
+    monkeypatch.setattr(runtime, "cpu_supports", lambda asked: supported and asked is dtype)
+    resolved = runtime.resolve_precision(requested, torch.device("cpu"))
+    assert resolved is (dtype if supported else None)
+    assert ("falling back to fp32" in caplog.text) is not supported
+
+
+def test_precision_fp32_and_unknown():
+    assert runtime.resolve_precision("fp32", torch.device("cpu")) is None
     with pytest.raises(ConfigError):
-        runtime.resolve_precision("fp8", cpu)
+        runtime.resolve_precision("fp8", torch.device("cpu"))
+
+
+def test_cpu_support_matches_onednn():
+    assert runtime.cpu_supports(torch.bfloat16) is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert runtime.cpu_supports(torch.float16) is bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
 
 
 def test_warm_up_runs_every_batch_size():

@@ -1,16 +1,49 @@
 """Security checks that need no server: weights loading refuses pickled code; the scanner works."""
 
 import pytest
+import torch
 
-from benchmarks.reliability.security import _is_loopback, pickled_payload_outcome, torch_load_calls
+from benchmarks.reliability.security import (_is_loopback, handler_loader, payload_outcome, torch_load_calls,
+                                             weights_checks, write_payloads)
 
 pytestmark = pytest.mark.unit
 
 
+@pytest.fixture()
+def payloads(tmp_path):
+    marker = tmp_path / "payload-ran"
+    return write_payloads(tmp_path, marker), marker
+
+
+def test_each_payload_runs_under_an_unsafe_loader(payloads):
+    """The red run: the check fails against torch.load(weights_only=False), so its green means something."""
+    files, marker = payloads
+    for kind, payload in files.items():
+        refused, why = payload_outcome(lambda path: torch.load(path, weights_only=False), payload, marker)
+        assert not refused and marker.exists(), (kind, why)
+
+
 @pytest.mark.parametrize("graph", ["eager", "torchscript"])
-def test_pickled_non_tensor_payload_is_refused_without_running(graph):
-    refused, why = pickled_payload_outcome(graph)
-    assert refused, why
+def test_our_weight_loading_refuses_each_payload_without_running_it(payloads, graph):
+    files, marker = payloads
+    for kind, payload in files.items():
+        refused, why = payload_outcome(handler_loader(graph), payload, marker)
+        assert refused and not marker.exists(), (kind, why)
+
+
+def test_an_error_that_is_not_a_refusal_fails_the_check(payloads):
+    files, marker = payloads
+
+    def broken(path):
+        raise ImportError("no module named 'handlers'")
+
+    refused, why = payload_outcome(broken, files["raw pickle"], marker)
+    assert not refused and "ImportError is not a refusal" in why
+
+
+def test_weights_checks_cover_both_payloads_and_both_graphs():
+    checks = weights_checks()
+    assert len(checks) == 5 and all(c.passed for c in checks), "\n".join(c.line() for c in checks)
 
 
 def test_every_torch_load_in_handlers_and_build_is_weights_only():

@@ -6,7 +6,6 @@ safetensors), the naive handlers of this folder and no model-config.yaml: TorchS
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,23 +54,21 @@ def build_baseline(model: str, store: Path, root: Path = REPO_ROOT) -> Path:
     """Write <store>/<model>.mar (the stock baseline) and return its path."""
     from model_archiver.model_archiver_config import ModelArchiverConfig
 
-    from build.archive import generate_archive
+    from build.archive import generate_archive, stage_files
 
     spec = baseline_spec(model, root)
     store.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"baseline-{model}-", dir=store) as tmp:
         stage = Path(tmp)
-        extras = []
-        for source, name in spec.extra_files:
-            shutil.copy2(source, stage / name)
-            extras.append(str(stage / name))
+        # The handlers package rides along for its shared helpers (mean pooling), not its optimisations.
+        content = stage_files(root, stage, {name: source for source, name in spec.extra_files})
         config = ModelArchiverConfig(
             model_name=model,
             handler=str(spec.handler),
             model_file=str(spec.model_file) if spec.model_file else None,
             version="1.0",
             serialized_file=str(spec.serialized),
-            extra_files=",".join(extras) or None,
+            extra_files=str(content),
             export_path=str(store),
             force=True,
         )

