@@ -13,10 +13,10 @@ import torch
 
 from build.catalogue import ModelEntry
 from build.errors import CatalogueError, ExportError
+from handlers import runtime
 from handlers.base import ModelHandler
 from handlers.errors import ConfigError
 from handlers.settings import HandlerSettings
-from handlers import runtime
 
 WEIGHTS_FILE = {"state_dict": "model.pt", "torchscript": "model.ts"}
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Optional
 
 import psutil
-import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from handlers.settings import ProfilerSettings

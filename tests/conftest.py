@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from benchmarks.serving.repo import REPO_ROOT, MODEL_STORE
+
+from benchmarks.serving.repo import MODEL_STORE, REPO_ROOT
 
 
 @pytest.fixture(scope="session")

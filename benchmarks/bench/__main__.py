@@ -27,13 +27,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.serving.errors import BenchmarkError, LauncherError
-from build.errors import BuildError
-from benchmarks.serving.launcher import TorchServe
 from benchmarks.load.runner import LoadPlan, ServerRun
 from benchmarks.load.stats import StabilityRule
+from benchmarks.serving.errors import BenchmarkError, LauncherError
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT, REPORTS, shown
 from benchmarks.serving.ts_config import ModelSettings, ServerConfig
-from benchmarks.serving.repo import REPO_ROOT, CATALOGUE, MODEL_STORE, DEFAULT_CONFIG, REPORTS
+from build.errors import BuildError
 
 # The benchmark reads /metrics: Prometheus format, and our handlers' counters picked up unannounced.
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
@@ -197,8 +197,8 @@ def resolved_threads(cfg: BenchConfig) -> int:
 def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
     """Our handler's batched throughput in this process, no server; measured again (after a wait
     for a quiet machine, with --wait-quiet) when other processes were busy meanwhile."""
-    from benchmarks.serving import resources
     from benchmarks.bench.inprocess import extracted_archive, run_variant
+    from benchmarks.serving import resources
 
     progress(f"[in-process] {cfg.model}: batch {cfg.settings.batch_size}, {threads} threads, "
              f"{cfg.inprocess_s:g} s")
@@ -276,7 +276,7 @@ def run(cfg: BenchConfig) -> Path:
             runs["stock"] = run_stock(cfg, tmp)
     after = resources.machine_conditions()
     configuration = {
-        "model": cfg.model, "base_config": str(cfg.base_config), "slo_ms": cfg.slo_ms, "smoke": cfg.smoke,
+        "model": cfg.model, "base_config": shown(cfg.base_config), "slo_ms": cfg.slo_ms, "smoke": cfg.smoke,
         "ours": {**asdict(cfg.settings), "threads_requested": cfg.threads, "threads_resolved": threads},
         "stock": {"handler": "benchmarks/bench/baseline (eager fp32, per-request PIL/tokenizer, pad to 128)",
                   "properties": STOCK_PROPERTIES.strip(), "workers_requested": cfg.stock_workers},

@@ -18,9 +18,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
-from benchmarks.load.inputs import requests_for
-from benchmarks.serving.repo import REPO_ROOT, CATALOGUE, MODEL_STORE, REPORTS
 
+from benchmarks.load.inputs import requests_for
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT, REPORTS
 
 EAGER = "state_dict"
 SHIPPED = None  # the catalogue's own serialisation

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
-from benchmarks.serving.resources import NOISY_OTHERS_PCT
 from benchmarks.load.runner import ServerRun, summary
+from benchmarks.serving.resources import NOISY_OTHERS_PCT
 
 CSV_COLUMNS = (
     "server", "mode", "level", "stable", "windows", "seconds", "requests", "ok", "errors", "unanswered", "nominal_rps",

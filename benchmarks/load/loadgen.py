@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 from benchmarks.load import stats
 from benchmarks.load.inputs import requests_for
-from benchmarks.serving.errors import BenchmarkError
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
+from benchmarks.serving.errors import BenchmarkError
 
 Probe = Callable[[], Any]
 Progress = Callable[[str], None]

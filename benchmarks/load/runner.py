@@ -12,13 +12,12 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.load import loadgen, stats
-
+from benchmarks.load.loadgen import LoadResult, Payload, Target
+from benchmarks.load.stats import StabilityRule
 from benchmarks.serving import resources, server_metrics
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.launcher import TorchServe
 from build.catalogue import FRONTEND_KEYS
-from benchmarks.load.loadgen import LoadResult, Payload, Target
-from benchmarks.load.stats import StabilityRule
 
 Progress = Callable[[str], None]
 _THREADS = re.compile(r"W-\d+-(\S+)_[^_\s]+-stdout MODEL_LOG - .*?threads=(\d+)")

@@ -28,9 +28,9 @@ from typing import Optional, Sequence, Tuple
 
 import yaml
 
+from benchmarks.load.traffic import ClosedLoop, Traffic, others_meter, payloads, say, target
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.load.traffic import ClosedLoop, Traffic, others_meter, payloads, say, target
 from benchmarks.serving.repo import MODEL_STORE
 
 RECOVERY_LIMIT_S = 180.0

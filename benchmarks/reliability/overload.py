@@ -18,11 +18,20 @@ from types import MappingProxyType
 from typing import Mapping, Optional, Sequence, Tuple
 
 from benchmarks.load import loadgen, stats
+from benchmarks.load.traffic import (
+    Traffic,
+    batch_size,
+    capacity,
+    fixed_windows,
+    others_meter,
+    payloads,
+    rss_probe,
+    say,
+    target,
+)
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.resources import FRONTEND, WORKERS
-from benchmarks.load.traffic import (Traffic, batch_size, capacity, fixed_windows, others_meter, payloads, rss_probe, say,
-                                target)
 from benchmarks.serving.repo import MODEL_STORE
+from benchmarks.serving.resources import FRONTEND, WORKERS
 
 # Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the
 # overload at most this much above the RSS just before it, per process group.

@@ -22,10 +22,10 @@ from urllib.parse import urlsplit
 import psutil
 import requests
 
+from benchmarks.load.traffic import payloads, say
 from benchmarks.serving import properties
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.load.traffic import payloads, say
-from benchmarks.serving.repo import REPO_ROOT, MODEL_STORE, DEFAULT_CONFIG
+from benchmarks.serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
 
 ADDRESS_KEYS = ("inference_address", "management_address", "metrics_address")
 REFUSED = (400, 401, 403)  # TorchServe 0.12 answers a missing or wrong key with 400 InvalidKeyException
@@ -101,8 +101,8 @@ def model_api_checks(ts: TorchServe, model: str, config_path: Path = DEFAULT_CON
 
 def limit_checks(ts: TorchServe, image_model: str = "efficientnet_lite0") -> List[Check]:
     """A body over max_request_size gets 413; an image over the pixel limit gets a 400."""
-    from handlers.settings import ImageSettings
     from benchmarks.reliability.corpus.imagebytes import declared_png
+    from handlers.settings import ImageSettings
 
     limit = int(ts.config.get("max_request_size", "6553500") or 6553500)
     try:

@@ -28,12 +28,11 @@ from types import MappingProxyType
 from typing import Mapping, Optional, Sequence, Tuple
 
 from benchmarks.load import loadgen, stats
-
+from benchmarks.load.traffic import Traffic, capacity, fixed_windows, others_meter, payloads, rss_probe, say, target
 from benchmarks.serving import properties
 from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPORTS
 from benchmarks.serving.resources import FRONTEND, WORKERS
-from benchmarks.load.traffic import Traffic, capacity, fixed_windows, others_meter, payloads, rss_probe, say, target
-from benchmarks.serving.repo import MODEL_STORE, DEFAULT_CONFIG, REPORTS
 
 GROWTH_LIMIT_PCT = 5.0
 SOAK_JVM = ("-Xms512m", "-XX:+AlwaysPreTouch")

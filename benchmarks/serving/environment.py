@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
+
 from benchmarks.serving.repo import REPO_ROOT
 
 

@@ -46,8 +46,8 @@ from benchmarks.serving import java, processes, properties, ts_logs
 from benchmarks.serving.client import Body, Client, Endpoints, Tokens
 from benchmarks.serving.errors import LauncherError, StartupError
 from benchmarks.serving.launch_spec import LaunchSpec, frozen
-from benchmarks.serving.ts_config import ModelEntry, ModelSettings, ServerConfig
 from benchmarks.serving.repo import DEFAULT_CONFIG
+from benchmarks.serving.ts_config import ModelEntry, ModelSettings, ServerConfig
 
 MARKER_ENV = "TS_LAUNCHER_RUN"
 # Fail fast instead of waiting out the timeout when a model keeps failing to load.

@@ -108,7 +108,8 @@ def machine_conditions() -> dict:
 def wait_for_quiet(max_wait_s: float, progress: Callable[[str], None], ours: Sequence[int] = (),
                    busy_pct: float = 20.0) -> dict:
     """Wait (at most max_wait_s) until no other TorchServe runs and the machine's CPU use over 2 s
-    is below busy_pct (of the whole machine). `ours`: our own idle server's JVM, not counted."""
+    is below busy_pct (of the whole machine). `ours`: our own idle server's JVM, not counted.
+    Returns the machine's conditions then, and how the wait went."""
     began = time.monotonic()
     announced = False
     while True:
@@ -120,7 +121,8 @@ def wait_for_quiet(max_wait_s: float, progress: Callable[[str], None], ours: Seq
             if announced:
                 progress(f"waited {waited:.0f} s: {'quiet' if quiet else 'still busy, going on'} "
                          f"(CPU {cpu:.0f}%, other TorchServe {others or 'none'})")
-            return {"quiet": quiet, "waited_s": round(waited, 1), "cpu_pct": cpu, "other_torchserve_pids": others}
+            return {**machine_conditions(), "quiet": quiet, "waited_s": round(waited, 1), "cpu_pct": cpu,
+                    "other_torchserve_pids": others}
         if not announced:
             progress(f"waiting for a quiet machine (CPU {cpu:.0f}%, other TorchServe {others or 'none'}), "
                      f"at most {max_wait_s:.0f} s")

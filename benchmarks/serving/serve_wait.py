@@ -17,8 +17,8 @@ import requests
 from benchmarks.serving import processes
 from benchmarks.serving.client import Client, Endpoints, Tokens
 from benchmarks.serving.errors import ApiError, LauncherError
-from benchmarks.serving.ts_config import ServerConfig
 from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG
+from benchmarks.serving.ts_config import ServerConfig
 
 TEXT_EXAMPLE = '{"text": "A man is eating food."}'
 

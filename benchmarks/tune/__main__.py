@@ -26,21 +26,23 @@ an interrupted run resumes with --resume <folder>.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from benchmarks.serving import processes
 from benchmarks.serving.errors import LauncherError
-from benchmarks.load.stats import StabilityRule
-from benchmarks.tune.errors import TuneError
+from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS, shown
+from benchmarks.tune.checkpoint import Checkpoint
+from benchmarks.tune.errors import CheckpointError, TuneError
+from benchmarks.tune.options import TuneOptions, record_of
+from benchmarks.tune.pipeline import tune_model
+from build.catalogue import Catalogue
 from build.errors import BuildError
-from benchmarks.serving.repo import REPO_ROOT, CATALOGUE, MODEL_STORE, DEFAULT_CONFIG, REPORTS
-
-NOT_IDENTITY = ("folder", "wait_quiet")
+from handlers.runtime import usable_cores
 
 
 def _ints(text: str) -> tuple:
@@ -94,75 +96,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-@dataclass(frozen=True)
-class TuneConfig:
-    """One model's run, built from the command line (or from a checkpoint, to resume)."""
-
-    model: str
-    options: dict  # JSON-able: the checkpoint identity, and how --resume rebuilds the run
-    command: str
-
-    def __getattr__(self, name: str):
-        try:
-            return self.options[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    @property
-    def space(self):
-        from benchmarks.tune.space import preset
-
-        return preset(self.options["space"], self.options["cores"], self.options["workers"],
-                      self.options["batch_sizes"], self.options["delays"])
-
-    @property
-    def search_settings(self):
-        from benchmarks.tune.search import RateSettings, SearchSettings
-
-        o = self.options
-        return SearchSettings(o["min_gain_pct"], o["max_candidates"], o["patience"],
-                              RateSettings(o["rate_step"], o["rate_resolution"], o["max_points"]))
-
-    @property
-    def load(self):
-        from benchmarks.tune.measure import LoadSettings
-
-        o = self.options
-        rule = StabilityRule(tolerance_pct=o["stability_pct"], last=o["stable_windows"],
-                             max_windows=max(o["max_windows"], o["stable_windows"]), warmup=1)
-        return LoadSettings(o["window_s"], rule, o["connections"], o["warmup_s"])
-
-
-def configs_from(args: argparse.Namespace, argv: Sequence[str]) -> list:
-    from benchmarks.tune.checkpoint import Checkpoint
-    from build.catalogue import Catalogue
-    from handlers.runtime import usable_cores
-
+def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> List[TuneOptions]:
+    """One TuneOptions per model to tune: from the command line, or from a checkpoint to resume."""
     command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
     if args.resume:
-        path = Path(args.resume) / "checkpoint.json"
+        folder = Path(args.resume).resolve()
+        path = folder / "checkpoint.json"
         if not path.is_file():
             raise TuneError(f"nothing to resume: {path} not found")
-        import json
-
-        identity = json.loads(path.read_text(encoding="utf-8"))["identity"]
-        Checkpoint(path, identity)  # validates the file
-        options = {**identity, "folder": str(Path(args.resume).resolve()), "wait_quiet": args.wait_quiet or 0.0}
-        return [TuneConfig(identity["model"], options, command)]
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))["identity"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"cannot read {path}: {exc}") from exc
+        Checkpoint(path, record)  # validates the file
+        return [TuneOptions.from_record(record, folder, args.wait_quiet or 0.0, command)]
     catalogue = Catalogue.load(CATALOGUE)
-    models = args.model or list(catalogue.names)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = []
-    for model in models:
+    runs = []
+    for model in args.model or list(catalogue.names):
         entry = catalogue.entry(model)
-        options = {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
-                   for k, v in vars(args).items() if k not in ("model", "resume")}
-        options.update(model=model, slo_ms=args.slo_ms or entry.slo_ms, cores=usable_cores(),
-                       wait_quiet=args.wait_quiet or 0.0,
-                       config=str(Path(args.config).resolve()), model_store=str(Path(args.model_store).resolve()),
-                       folder=str((Path(args.out) / f"tune-{model}-{stamp}").resolve()))
-        out.append(TuneConfig(model, options, command))
-    return out
+        record = record_of(vars(args), model, args.slo_ms or entry.slo_ms, usable_cores())
+        folder = Path(args.out) / f"tune-{model}-{stamp}"
+        runs.append(TuneOptions.from_record(record, folder, args.wait_quiet or 0.0, command))
+    return runs
 
 
 def progress_for(model: str) -> Callable[[str], None]:
@@ -171,102 +127,26 @@ def progress_for(model: str) -> Callable[[str], None]:
     return progress
 
 
-def tune_model(cfg: TuneConfig) -> int:
-    """One model, end to end. 0: tuned (and verified, unless skipped); 1: verification failed."""
-    from benchmarks.tune import report as tune_report
-    from benchmarks.tune.config_writer import check_archives
-    from benchmarks.serving.environment import describe_environment
-    from benchmarks.tune.service_model import FitPoint, ServiceModel
-    from benchmarks.tune.checkpoint import Checkpoint
-    from benchmarks.serving.resources import machine_conditions
-    from benchmarks.tune.measure import ServedMeasurer, inprocess_fit, wait_for_quiet
-    from benchmarks.tune.outcome import build_report, print_summary, write_and_verify
-    from benchmarks.tune.judge import head_to_head
-    from benchmarks.tune.search import best_of, evaluate, grid, search
-    from benchmarks.tune.space import torchserve_defaults
-    from build.archive import build_entry
-    from build.catalogue import Catalogue
-
-    progress = progress_for(cfg.model)
-    folder = Path(cfg.folder)
-    # What decides the measurements; where they go and how patiently they wait for quiet do not.
-    identity = {k: v for k, v in cfg.options.items() if k not in NOT_IDENTITY}
-    checkpoint = Checkpoint(folder / "checkpoint.json", identity)
-    if checkpoint.resumed:
-        progress(f"resuming from {folder}: measurements already taken are replayed, not repeated")
-    space, slo = cfg.space, cfg.slo_ms
-    store, config = Path(cfg.model_store), Path(cfg.config)
-    progress(f"SLO p99 <= {slo:g} ms; space: {len(space.candidates())} candidates over {space.to_json()}; "
-             f"report {folder}")
-    archive = build_entry(Catalogue.load(CATALOGUE), cfg.model, REPO_ROOT, store, progress=progress).archive
-    if not cfg.no_write:
-        check_archives({cfg.model: archive})  # refuse before an hour of measuring, not after
-    before = machine_conditions()
-    if before["other_torchserve_pids"]:
-        progress(f"warning: other TorchServe servers are running (pids {before['other_torchserve_pids']}): "
-                 "they share the cores, numbers will be noisy")
-
-    defaults = torchserve_defaults(space.cores)
-    threads = sorted(set(space.thread_counts) | (set() if cfg.no_defaults else {defaults.threads}))
-    def measure_fit() -> dict:
-        if cfg.wait_quiet > 0:
-            wait_for_quiet(cfg.wait_quiet, progress)
-        return inprocess_fit(cfg.model, threads, space.max_batch_size, slo, cfg.fit_seconds, progress,
-                             cfg.wait_quiet)
-
-    fit = checkpoint.fit(measure_fit)
-    service = ServiceModel.fit(FitPoint.from_json(p) for p in fit["points"])
-    rates = cfg.search_settings.rates
-    defaults_result = grid_results = judged = None
-    with ServedMeasurer(cfg.model, store, config, cfg.load, progress=progress, wait_quiet_s=cfg.wait_quiet,
-                        slo_ms=slo) as measurer:
-        if not cfg.no_defaults:
-            predicted = service.predict(defaults, slo)
-            progress(f"TorchServe defaults: {defaults.label} (predicted {predicted.rate_rps:.1f} req/s)")
-            defaults_result = evaluate(defaults, max(predicted.rate_rps, 1.0), slo, measurer.measure, checkpoint,
-                                       "defaults", rates, predicted, measurer.finish)
-            progress(f"TorchServe defaults: {defaults_result.throughput_rps:.1f} req/s within the SLO")
-        result = search(space.candidates(), service, slo, measurer.measure, checkpoint, cfg.search_settings,
-                        progress, measurer.finish, prior=(defaults_result,) if defaults_result else ())
-        if cfg.grid:
-            grid_results = grid(space.candidates(), slo, measurer.measure, checkpoint, progress=progress,
-                                finish=measurer.finish)
-            judged = head_to_head(result.chosen, best_of(grid_results), slo, measurer.measure, checkpoint,
-                                  progress, measurer.finish)
-    conditions = {"before": before, "after": machine_conditions(), "starts": measurer.conditions}
-    environment = describe_environment()
-
-    written, verification = write_and_verify(cfg, result, defaults_result, environment, archive, checkpoint,
-                                             progress)
-    report = build_report(cfg, fit, service, result, defaults_result, grid_results, conditions, environment,
-                          written, verification, judged)
-    tune_report.write(folder, report)
-    print_summary(report, folder)
-    if result.chosen is None:
-        return 1
-    return 0 if verification is None or verification.passed else 1
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     # SIGTERM unwinds like Ctrl-C: every server is stopped and the checkpoint is already on disk.
     processes.sigterm_as_interrupt()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     try:
-        configs = configs_from(args, argv)
+        runs = runs_from(args, argv)
     except (LauncherError, BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     status = 0
-    for cfg in configs:
+    for options in runs:
         try:
-            status = max(status, tune_model(cfg))
+            status = max(status, tune_model(options, progress_for(options.model)))
         except KeyboardInterrupt:
-            print(f"\ninterrupted: resume with  .venv/bin/python -m benchmarks.tune --resume {cfg.folder}",
+            print(f"\ninterrupted: resume with  .venv/bin/python -m benchmarks.tune --resume {shown(options.folder)}",
                   file=sys.stderr)
             return 130
         except (LauncherError, BuildError) as exc:  # tuner, launcher, benchmark, config, build errors
-            print(f"error [{cfg.model}]: {exc}", file=sys.stderr)
+            print(f"error [{options.model}]: {exc}", file=sys.stderr)
             status = 2
     return status
 

@@ -1,11 +1,12 @@
 """The tuner's checkpoint: every measurement, saved the moment it is taken.
 
-The search is deterministic given its measurements (predictions come from a fixed-seed
-simulation), so resuming is replay: a measurement already in the checkpoint is returned from it
-instead of being taken again, and the search walks the same path until it reaches the first
-measurement it has not taken yet. Servers are started lazily by the measurer, so a replayed
-candidate costs no server start. The times recorded with each measurement are kept, so a
-resumed run still reports what its measurements cost.
+It watches results go by rather than standing in any step's way: `Replaying` wraps the measurer
+the strategies use, records each point it passes on, and answers from the record when the same
+point (phase, candidate, rate) is asked for again. The strategies are deterministic given their
+measurements (predictions come from a fixed-seed simulation), so resuming is replay: a resumed run
+walks the same path until it reaches the first measurement it has not taken yet. Servers are
+started lazily by the measurer, so a replayed candidate costs no server start. The times recorded
+with each measurement are kept, so a resumed run still reports what its measurements cost.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from benchmarks.tune.errors import CheckpointError
+from benchmarks.tune.rates import Measurer
+from benchmarks.tune.results import Point
+from benchmarks.tune.space import Candidate
 
 FORMAT = 1
 
@@ -82,6 +86,9 @@ class Checkpoint:
         self.save()
         return value
 
+    def replaying(self, measurer: Measurer) -> "Replaying":
+        return Replaying(self, measurer)
+
     def get(self, name: str, default: Any = None) -> Any:
         return self.data.get("extra", {}).get(name, default)
 
@@ -89,3 +96,18 @@ class Checkpoint:
         """A small named result (e.g. the verification) kept with the measurements."""
         self.data.setdefault("extra", {})[name] = value
         self.save()
+
+
+class Replaying:
+    """A measurer that answers from the checkpoint what it already holds and records the rest."""
+
+    def __init__(self, checkpoint: Checkpoint, measurer: Measurer) -> None:
+        self.checkpoint, self.measurer = checkpoint, measurer
+
+    def measure(self, phase: str, candidate: Candidate, rate_rps: float) -> Point:
+        raw = self.checkpoint.point(phase, candidate.key, rate_rps,
+                                    lambda: self.measurer.measure(phase, candidate, rate_rps).to_json())
+        return Point.from_json(raw)
+
+    def finish(self) -> None:
+        self.measurer.finish()

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
-from benchmarks.tune.checkpoint import Checkpoint
-from benchmarks.tune.search import CandidateResult, Measure, Progress, RateSettings, evaluate
+from benchmarks.tune.rates import Measurer, RateSettings
+from benchmarks.tune.results import CandidateResult
+from benchmarks.tune.search import Fixed, Progress, Proposal, run
 
 JUDGE_ROUNDS = 2
 
@@ -57,8 +58,7 @@ class HeadToHead:
 
 
 def head_to_head(pick: Optional[CandidateResult], best: Optional[CandidateResult], slo_ms: float,
-                 measure: Measure, checkpoint: Checkpoint, progress: Progress,
-                 finish: Callable[[], None] = lambda: None, rounds: int = JUDGE_ROUNDS,
+                 measurer: Measurer, progress: Progress, rounds: int = JUDGE_ROUNDS,
                  rates: RateSettings = RateSettings()) -> Optional[HeadToHead]:
     """None when there is nothing to judge (no pick, no grid best, or they behave the same)."""
     if pick is None or best is None or pick.candidate.behaviour == best.candidate.behaviour:
@@ -69,12 +69,11 @@ def head_to_head(pick: Optional[CandidateResult], best: Optional[CandidateResult
     start = math.sqrt(pick.throughput_rps * best.throughput_rps)
     picks, bests = [], []
     for index in range(rounds):
-        order = ((pick, picks), (best, bests)) if index % 2 == 0 else ((best, bests), (pick, picks))
-        for side, into in order:
-            label = "pick" if side is pick else "grid's best"
-            progress(f"head to head {index + 1}/{rounds}: {label} {side.candidate.label} from {start:.1f} req/s")
-            result = evaluate(side.candidate, start, slo_ms, measure, checkpoint, f"judge-{index + 1}", rates,
-                              finish=finish)
-            progress(f"head to head {index + 1}/{rounds}: {label} {result.throughput_rps:.1f} req/s within the SLO")
-            into.append(result)
+        order = (pick, best) if index % 2 == 0 else (best, pick)  # ABBA
+        progress(f"head to head {index + 1}/{rounds}: " + ", then ".join(
+            f"{'pick' if side is pick else 'grid best'} {side.candidate.key}" for side in order))
+        judged = run(Fixed([Proposal(side.candidate, start) for side in order], f"judge-{index + 1}", rates),
+                     measurer, slo_ms, progress)
+        for side, result in zip(order, judged.results):
+            (picks if side is pick else bests).append(result)
     return HeadToHead(tuple(picks), tuple(bests), start)

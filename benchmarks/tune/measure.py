@@ -1,108 +1,34 @@
-"""The tuner's real measurements: in-process service times, and open-loop points on TorchServe.
+"""The tuner's served measurements: open-loop points of candidates on real TorchServes.
 
-In-process: the whole handler (benchmarks.bench.inprocess.measure) on the real inputs, one handler per
-thread count, batch sizes rising until one batch alone takes longer than the SLO (larger ones
-can never meet it: no point measuring them).
-
-Served: one TorchServe at a time through the launcher, started for a candidate on its first
-point and kept for that candidate's next points (a rate search probes several rates); the load is
-the benchmark's open loop (benchmarks.load.loadgen) (Poisson arrivals, latency from the intended send time).
+One TorchServe at a time through the launcher, started for a candidate on its first point and
+kept for that candidate's next points (a rate search probes several rates); the load is the
+benchmark's open loop (benchmarks.load.loadgen: Poisson arrivals, latency from the intended send
+time). A point that misses the SLO narrowly is measured again with longer windows, and with
+--wait-quiet one that other processes disturbed is measured again when the machine is quiet.
 """
 
 from __future__ import annotations
 
-import gc
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Optional
 
 from benchmarks.load import loadgen, runner
-
+from benchmarks.load.stats import StabilityRule
 from benchmarks.serving import resources, server_metrics
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.tune.service_model import FitPoint
-from benchmarks.load.stats import StabilityRule
-from benchmarks.tune.search import KEEP_UP, Point
+from benchmarks.tune.fit import NOISY_OTHERS_PCT
+from benchmarks.tune.results import KEEP_UP, Point
 from benchmarks.tune.space import Candidate
 
 Progress = Callable[[str], None]
-FIT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-REPEATS = 3
-# Other processes' CPU during a point (100 = a whole core) above which it is measured again
-# (with --wait-quiet): on 2 cores that is a quarter of the machine gone.
-NOISY_OTHERS_PCT = 50.0
 # A point whose p99 misses the SLO by at most this factor is measured again, longer (ServedMeasurer).
 NEAR_MISS = 1.5
 # /metrics must be Prometheus text with our handler counters picked up (as benchmarks.bench does).
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
 
 
-# -- in-process -------------------------------------------------------------------------------
-def _others_cpu(since: resources.Reading, groups: resources.ProcessGroups) -> float:
-    """CPU every other process used since a reading (100 = one core)."""
-    return resources.usage(since, groups.read())[resources.OTHERS].cpu_pct
-
-
-def inprocess_fit(model: str, threads: Sequence[int], max_batch_size: int, slo_ms: float, seconds: float,
-                  progress: Progress, wait_quiet_s: float = 0.0) -> Dict:
-    """{"points": [FitPoint json...], "seconds": wall time}: s(b) for each thread count.
-
-    With wait_quiet_s, a measurement during which other processes took more than half a core is
-    repeated once the machine is quiet again (waiting is not counted in "seconds")."""
-    from benchmarks.bench.bare_context import FakeContext
-    from benchmarks.bench.inprocess import extracted_archive, handler_class, measure
-    from benchmarks.load.inputs import requests_for
-
-    began = time.perf_counter()
-    sizes = [b for b in FIT_BATCH_SIZES if b <= max_batch_size] or [1]
-    if max_batch_size not in sizes and max_batch_size > sizes[-1]:
-        sizes.append(max_batch_size)
-    requests = requests_for(model)
-    points = []
-    me = resources.ProcessGroups({"fit": [os.getpid()]})
-    with tempfile.TemporaryDirectory(prefix="tune-fit-") as tmp:
-        model_dir = extracted_archive(model, None, Path(tmp))
-        for count in threads:
-            context = FakeContext(model_dir, model, batch_size=max(sizes),
-                                  handler_overrides={"runtime": {"threads": count, "warmup": False}})
-            handler = handler_class(model)()
-            handler.initialize(context)
-            for size in sizes:
-                # Best of three short runs: on a shared machine noise only ever slows a run down,
-                # and two intra-op threads collapse when anything else wants a core for a moment.
-                since = me.read()
-                rows = [measure(handler, context, requests, size, seconds / REPEATS) for _ in range(REPEATS)]
-                others = _others_cpu(since, me)
-                if wait_quiet_s > 0 and others > NOISY_OTHERS_PCT:
-                    progress(f"in-process: other processes used {others:.0f}% CPU meanwhile: measuring again")
-                    paused = time.perf_counter()
-                    wait_for_quiet(wait_quiet_s, progress)
-                    began += time.perf_counter() - paused
-                    rows += [measure(handler, context, requests, size, seconds / REPEATS) for _ in range(REPEATS)]
-                row = max(rows, key=lambda r: r.items_per_s)
-                service = 1000.0 * size / row.items_per_s
-                points.append(FitPoint(count, size, service))
-                progress(f"in-process: {count} thread(s), batch {size}: s(b) = {service:.1f} ms "
-                         f"({row.items_per_s:.1f} items/s)")
-                if service > slo_ms:
-                    progress(f"in-process: one batch of {size} already exceeds the {slo_ms:g} ms SLO: "
-                             "larger batches not measured")
-                    break
-            del handler, context
-            gc.collect()
-    return {"points": [p.to_json() for p in points], "seconds": round(time.perf_counter() - began, 2)}
-
-
-def wait_for_quiet(max_wait_s: float, progress: Progress, ours: Sequence[int] = ()) -> dict:
-    """resources.wait_for_quiet (no other TorchServe, CPU under 20% over 2 s), with the load
-    average and the time added for the report."""
-    return {**resources.machine_conditions(), **resources.wait_for_quiet(max_wait_s, progress, ours=ours)}
-
-
-# -- served -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoadSettings:
     window_s: float = 2.0
@@ -138,28 +64,31 @@ def point_from(result: loadgen.LoadResult, model: str, candidate: Candidate, sec
     )
 
 
+@dataclass(frozen=True)
+class ServePlan:
+    """How the measurer starts servers for a model and drives them."""
+
+    model: str
+    model_store: Path
+    config: Path  # the base config.properties
+    load: LoadSettings
+    slo_ms: float = float("inf")  # which failed points are worth measuring again
+    wait_quiet_s: float = 0.0  # > 0: wait for other jobs to finish before each server start
+    response_timeout_s: int = 120
+    # The server takes the model's values from `config` itself (verification of a written file);
+    # otherwise each candidate's values are swapped into a copy of it.
+    from_file: bool = False
+
+
 class ServedMeasurer:
     """Open-loop points for candidates, each on its own TorchServe (one server at a time).
 
     Use as a context manager: whatever happens, the last server is stopped on exit.
     """
 
-    def __init__(self, model: str, model_store: Path, base_config: Path, load: LoadSettings,
-                 response_timeout_s: int = 120, progress: Progress = print,
-                 extra_properties: Optional[Mapping[str, str]] = None, from_file: bool = False,
-                 wait_quiet_s: float = 0.0, slo_ms: float = float("inf")) -> None:
-        self.model = model
-        # from_file: the server takes the model's values from base_config itself (verification of
-        # a written file); otherwise the candidate's values are swapped into a copy of it.
-        self.from_file = from_file
-        self.wait_quiet_s = wait_quiet_s  # > 0: before each server start, wait for other jobs to finish
-        self.slo_ms = slo_ms  # which failed points are worth measuring again after a disturbance
-        self.model_store = Path(model_store)
-        self.base_config = Path(base_config)
-        self.load = load
-        self.response_timeout_s = response_timeout_s
+    def __init__(self, plan: ServePlan, progress: Progress = print) -> None:
+        self.plan = plan
         self.progress = progress
-        self.extra_properties = dict(METRICS_PROPERTIES, **(extra_properties or {}))
         self._server: Optional[TorchServe] = None
         self._candidate: Optional[Candidate] = None
         self._pending_s = 0.0  # stop time of the last server, charged to the next start
@@ -182,27 +111,28 @@ class ServedMeasurer:
 
     def _start(self, candidate: Candidate) -> float:
         self.finish()
-        if self.wait_quiet_s > 0:  # not measurement time: waited before the clock starts
-            state = wait_for_quiet(self.wait_quiet_s, self.progress)
+        if self.plan.wait_quiet_s > 0:  # not measurement time: waited before the clock starts
+            state = resources.wait_for_quiet(self.plan.wait_quiet_s, self.progress)
         else:
             state = resources.machine_conditions()
         began = time.perf_counter()
         self.conditions.append({"candidate": candidate.key, **state})
         others = f", other TorchServe pids {state['other_torchserve_pids']}" if state["other_torchserve_pids"] else ""
         self.progress(f"  starting TorchServe: {candidate.label} (load average {state['load_average'][0]}{others})")
-        models = {} if self.from_file else {self.model: candidate.settings(self.response_timeout_s)}
-        server = TorchServe(self.model_store, base_config=self.base_config, models=models, load=(self.model,),
-                            extra_properties=self.extra_properties)
+        plan = self.plan
+        models = {} if plan.from_file else {plan.model: candidate.settings(plan.response_timeout_s)}
+        server = TorchServe(plan.model_store, base_config=plan.config, models=models, load=(plan.model,),
+                            extra_properties=METRICS_PROPERTIES)
         # Entered as a context (left in finish()): the launcher then turns SIGTERM into a clean stop.
         server.__enter__()
         self._server, self._candidate = server, candidate
-        threads = runner.worker_threads(server, self.model)
+        threads = runner.worker_threads(server, plan.model)
         self.worker_threads[candidate.key] = threads
         if threads and set(threads) != {candidate.threads}:
             self.progress(f"  warning: workers report {threads} threads, the candidate assumes {candidate.threads}")
         target, payloads = self._target()
-        in_flight = min(self.load.connections, 2 * candidate.workers * candidate.batch_size)
-        runner.warm_up(target, payloads, self.load.warmup_s, max(2, in_flight))
+        in_flight = min(plan.load.connections, 2 * candidate.workers * candidate.batch_size)
+        runner.warm_up(target, payloads, plan.load.warmup_s, max(2, in_flight))
         spent = time.perf_counter() - began + self._pending_s
         self._pending_s = 0.0
         return spent
@@ -213,19 +143,19 @@ class ServedMeasurer:
 
     def _target(self):
         server = self._server
-        target = loadgen.Target.for_model(server.inference_url, self.model, server.tokens.inference,
-                                          timeout_s=float(self.response_timeout_s))
-        return target, loadgen.payloads_for(self.model)
+        target = loadgen.Target.for_model(server.inference_url, self.plan.model, server.tokens.inference,
+                                          timeout_s=float(self.plan.response_timeout_s))
+        return target, loadgen.payloads_for(self.plan.model)
 
-    def measure(self, candidate: Candidate, rate: float) -> Point:
+    def measure(self, phase: str, candidate: Candidate, rate: float) -> Point:
         overhead = self._start(candidate) if self._candidate != candidate else 0.0
         point = self._measure(candidate, rate, overhead)
-        if self.wait_quiet_s > 0 and self._disturbed(point):
+        if self.plan.wait_quiet_s > 0 and self._disturbed(point):
             # Another job took CPU from under a point that failed near the SLO: the failure may be
             # theirs. Wait for quiet and measure it once more (both runs count as time spent).
             self.progress(f"  other processes used {point.others_cpu_pct:.0f}% CPU during that point: "
                           "waiting for quiet, then measuring it again")
-            wait_for_quiet(self.wait_quiet_s, self.progress, ours=[self._server.java_pid or -1])
+            resources.wait_for_quiet(self.plan.wait_quiet_s, self.progress, ours=[self._server.java_pid or -1])
             again = self._measure(candidate, rate, overhead)
             point = replace(again, seconds=round(again.seconds + point.seconds, 2))
         if self._near_miss(point):
@@ -234,13 +164,14 @@ class ServedMeasurer:
             # 275. A near miss is measured again with windows twice as long, and that longer
             # point decides (more samples per percentile, not a second roll of the dice).
             self.progress(f"  p99 {point.p99_ms:.1f} ms just over the SLO: measuring again, twice as long")
-            longer = self._measure(candidate, rate, 0.0, window_s=2 * self.load.window_s)
+            longer = self._measure(candidate, rate, 0.0, window_s=2 * self.plan.load.window_s)
             point = replace(longer, seconds=round(longer.seconds + point.seconds, 2), overhead_s=point.overhead_s)
         return point
 
     def _near_miss(self, point: Point) -> bool:
         """Failed the SLO by at most NEAR_MISS with every request answered at the offered rate."""
-        return (point.p99_ms is not None and self.slo_ms < point.p99_ms <= NEAR_MISS * self.slo_ms
+        slo = self.plan.slo_ms
+        return (point.p99_ms is not None and slo < point.p99_ms <= NEAR_MISS * slo
                 and point.errors == 0 and point.achieved_rps >= KEEP_UP * point.offered_rps)
 
     def _disturbed(self, point: Point) -> bool:
@@ -248,26 +179,26 @@ class ServedMeasurer:
         one far past the SLO (its own traffic's kernel time then counts as "others" too)."""
         if point.others_cpu_pct is None or point.others_cpu_pct <= NOISY_OTHERS_PCT:
             return False
-        near = point.p99_ms is not None and point.p99_ms < 4 * self.slo_ms and \
+        near = point.p99_ms is not None and point.p99_ms < 4 * self.plan.slo_ms and \
             point.achieved_rps >= 0.8 * point.offered_rps
-        return near and not point.passes(self.slo_ms)
+        return near and not point.passes(self.plan.slo_ms)
 
     def _measure(self, candidate: Candidate, rate: float, overhead: float, window_s: Optional[float] = None) -> Point:
         server = self._server
         target, payloads = self._target()
-        groups = resources.ProcessGroups.for_server(server.java_pid, server.worker_pids(self.model))
+        groups = resources.ProcessGroups.for_server(server.java_pid, server.worker_pids(self.plan.model))
 
         def probe():
             return server_metrics.Scrape.of(server.metrics_text()), groups.read()
 
         self.progress(f"  open loop at {rate:.1f} req/s")
         began = time.perf_counter()
-        window_s = window_s or self.load.window_s
-        result = loadgen.open_loop(target, payloads, rate, self.load.rule, window_s,
-                                   self.load.connections, seed=int(rate * 1000) % 2**31,
+        window_s = window_s or self.plan.load.window_s
+        result = loadgen.open_loop(target, payloads, rate, self.plan.load.rule, window_s,
+                                   self.plan.load.connections, seed=int(rate * 1000) % 2**31,
                                    drain_s=max(5.0, 2 * window_s), probe=probe,
                                    progress=lambda line: self.progress(f"  {line.strip()}"))
-        point = point_from(result, self.model, candidate, time.perf_counter() - began, overhead)
+        point = point_from(result, self.plan.model, candidate, time.perf_counter() - began, overhead)
         p99 = "-" if point.p99_ms is None else f"{point.p99_ms:.1f} ms"
         others = "" if point.others_cpu_pct is None else f", other processes {point.others_cpu_pct:.0f}% CPU"
         self.progress(f"  {rate:.1f} req/s offered: {point.achieved_rps:.1f} served, p99 {p99}, "

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Optional, Tuple
 
-from benchmarks.tune.measure import LoadSettings, ServedMeasurer
-from build.catalogue import FRONTEND_KEYS
-from benchmarks.tune.search import Point
+from benchmarks.serving.repo import shown
+from benchmarks.tune.measure import ServedMeasurer, ServePlan
+from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate
+from build.catalogue import FRONTEND_KEYS
 
 Progress = Callable[[str], None]
 RETRIES = 2
@@ -66,23 +66,23 @@ class Verification:
                    tuple(Point.from_json(p) for p in raw["points"]), slo_ms, raw["seconds"])
 
 
-def verify(model: str, config: Path, model_store: Path, chosen: Candidate, rate_rps: float, slo_ms: float,
-           load: LoadSettings, progress: Progress = print, backoff: float = 1.06,
-           wait_quiet_s: float = 0.0) -> Verification:
+def verify(plan: ServePlan, chosen: Candidate, rate_rps: float, backoff: float = 1.06,
+           progress: Progress = print) -> Verification:
+    """TorchServe from `plan.config` as written (never the candidate's values swapped in)."""
     began = time.perf_counter()
-    progress(f"verification: TorchServe from {config}, open loop at {rate_rps:.1f} req/s")
+    model = plan.model
+    progress(f"verification: TorchServe from {shown(plan.config)}, open loop at {rate_rps:.1f} req/s")
     points = []
     # A longer warm-up than the search's: its points ran on a server that had served for a while.
-    load = replace(load, warmup_s=max(load.warmup_s, VERIFY_WARMUP_S))
-    with ServedMeasurer(model, model_store, config, load, progress=progress, from_file=True,
-                        wait_quiet_s=wait_quiet_s, slo_ms=slo_ms) as measurer:
-        points.append(measurer.measure(chosen, rate_rps))  # starts the server on its first point
+    plan = replace(plan, from_file=True, load=replace(plan.load, warmup_s=max(plan.load.warmup_s, VERIFY_WARMUP_S)))
+    with ServedMeasurer(plan, progress) as measurer:
+        points.append(measurer.measure("verify", chosen, rate_rps))  # starts the server on its first point
         described = measurer.server.describe(model)
         threads = tuple(measurer.worker_threads.get(chosen.key, ()))
-        while not points[-1].passes(slo_ms) and backoff > 1.0 and len(points) <= RETRIES:
+        while not points[-1].passes(plan.slo_ms) and backoff > 1.0 and len(points) <= RETRIES:
             rate = rate_rps / backoff ** len(points)
             progress(f"verification: p99 over the SLO at {points[-1].rate_rps:.1f} req/s; once more at {rate:.1f}")
-            points.append(measurer.measure(chosen, rate))
+            points.append(measurer.measure("verify", chosen, rate))
     mismatches = tuple(f"GET /models/{model} shows {m} from the written file"
                        for m in chosen.settings().mismatches(described))
     if len(threads) != chosen.workers or set(threads) != {chosen.threads}:  # none logged is a failure too
@@ -90,6 +90,7 @@ def verify(model: str, config: Path, model_store: Path, chosen: Candidate, rate_
                        f"of {chosen.workers}",)
     kept = {k: described.get(k) for k in ("modelVersion", *FRONTEND_KEYS)}
     kept["workers"] = len(described.get("workers") or ())
-    result = Verification(str(config), kept, mismatches, threads, tuple(points), slo_ms, time.perf_counter() - began)
+    result = Verification(shown(plan.config), kept, mismatches, threads, tuple(points), plan.slo_ms,
+                          time.perf_counter() - began)
     progress(f"verification: {result.summary()}")
     return result

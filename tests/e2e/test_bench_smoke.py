@@ -6,12 +6,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from benchmarks.serving.resources import NOISY_OTHERS_PCT
 from benchmarks.serving.repo import REPO_ROOT
+from benchmarks.serving.resources import NOISY_OTHERS_PCT
 
 pytestmark = pytest.mark.e2e
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.load.traffic import capacity
 from benchmarks.reliability import badinput, faults, overload, security, soak
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.load.traffic import capacity
 
 pytestmark = pytest.mark.e2e
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from benchmarks.serving import properties
-from benchmarks.tune.config_writer import find_stanza
+from benchmarks.serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from benchmarks.serving.ts_config import ServerConfig
-from benchmarks.serving.repo import REPO_ROOT, DEFAULT_CONFIG
+from benchmarks.tune.config_writer import find_stanza
 
 pytestmark = pytest.mark.e2e
 

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from benchmarks.bench.bare_context import FakeContext, extract
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
 from build.archive import build_entry
 from build.catalogue import Catalogue
-
-from benchmarks.bench.bare_context import FakeContext, extract
-from benchmarks.serving.repo import REPO_ROOT, CATALOGUE, MODEL_STORE
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ import torch
 import yaml
 
 from benchmarks.load.inputs import CAT_LABELS
+from benchmarks.serving.repo import CATALOGUE
 from build.__main__ import main as build_main
 from build.archive import archived_frontend_keys
-from benchmarks.serving.repo import CATALOGUE
 
 pytestmark = pytest.mark.unit
 
@@ -96,10 +96,10 @@ def test_unknown_model_name_is_refused(tmp_path, capsys):
 
 
 def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
+    from benchmarks.bench.bare_context import extract
     from handlers.image_classifier import ImageClassifier
 
     from .conftest import make_handler
-    from benchmarks.bench.bare_context import extract
 
     entry = with_changes(serialisation="torchscript", settings={**IMAGE["settings"], "runtime": {"precision": "fp32"}})
     store = tmp_path / "store"

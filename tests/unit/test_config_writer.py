@@ -11,11 +11,10 @@ import pytest
 import yaml
 
 from benchmarks.serving import properties
-from benchmarks.tune.config_writer import (HEADER, Provenance, Update, check_archives, find_stanza, rewrite,
-                                      write_config)
-from benchmarks.serving.ts_config import ModelSettings, ServerConfig
-from benchmarks.tune.errors import ConfigWriteError
 from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG
+from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+from benchmarks.tune.config_writer import HEADER, Provenance, Update, check_archives, find_stanza, rewrite, write_config
+from benchmarks.tune.errors import ConfigWriteError
 from build.catalogue import Catalogue
 
 pytestmark = pytest.mark.unit

@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
+from benchmarks.reliability.corpus import HANDLER, IMAGE_MODEL, TEXT_MODEL, cases, handler_cases, worker_input
 from handlers.image_classifier import ImageClassifier
 from handlers.text_embedder import TextEmbedder
-from benchmarks.reliability.corpus import HANDLER, IMAGE_MODEL, TEXT_MODEL, cases, handler_cases, worker_input
 
 from .conftest import make_handler
 

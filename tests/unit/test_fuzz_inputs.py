@@ -11,16 +11,17 @@ import string
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
+from benchmarks.reliability.corpus.case import worker_input
+from benchmarks.reliability.corpus.imagebytes import encode, photo
 from handlers.base import request_body, status_phrase
 from handlers.errors import HandlerError
 from handlers.image_decode import decode_image
 from handlers.settings import ImageSettings, TextSettings
 from handlers.text_embedder import _VISIBLE, text_from_body
-from benchmarks.reliability.corpus.case import worker_input
-from benchmarks.reliability.corpus.imagebytes import encode, photo
 
 pytestmark = pytest.mark.unit
 

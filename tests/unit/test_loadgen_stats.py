@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from benchmarks.load import loadgen, stats
-
-from benchmarks.serving import server_metrics
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
+from benchmarks.serving import server_metrics
 
 pytestmark = pytest.mark.unit
 

@@ -4,14 +4,14 @@ from types import MappingProxyType
 
 import pytest
 
-from benchmarks.reliability.badinput import mixed_groups
-from benchmarks.reliability.faults import KillResult
-from benchmarks.reliability.overload import OverloadResult, p99_bound_ms
-from benchmarks.reliability.findings import Findings, table
-from benchmarks.reliability.soak import Point, SoakResult
 from benchmarks.load.stats import NO_RESPONSE, Sample
 from benchmarks.load.traffic import Traffic
+from benchmarks.reliability.badinput import mixed_groups
 from benchmarks.reliability.corpus import IMAGE_MODEL, handler_cases
+from benchmarks.reliability.faults import KillResult
+from benchmarks.reliability.findings import Findings, table
+from benchmarks.reliability.overload import OverloadResult, p99_bound_ms
+from benchmarks.reliability.soak import Point, SoakResult
 
 pytestmark = pytest.mark.unit
 

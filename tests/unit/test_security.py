@@ -3,8 +3,14 @@
 import pytest
 import torch
 
-from benchmarks.reliability.security import (_is_loopback, handler_loader, payload_outcome, torch_load_calls,
-                                             weights_checks, write_payloads)
+from benchmarks.reliability.security import (
+    _is_loopback,
+    handler_loader,
+    payload_outcome,
+    torch_load_calls,
+    weights_checks,
+    write_payloads,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.judge import head_to_head
-from benchmarks.tune.outcome import grid_comparison
-from benchmarks.tune.search import CandidateResult, Point, SearchResult
+from benchmarks.tune.report import grid_comparison
+from benchmarks.tune.results import CandidateResult, Point
+from benchmarks.tune.search import SearchResult
 from benchmarks.tune.space import Candidate
 
 pytestmark = pytest.mark.unit
@@ -18,13 +18,18 @@ BEST = Candidate(2, 1, 2, 30)
 
 
 class Capacities:
-    """Each candidate passes the SLO below its capacity and fails above; records the call order."""
+    """A measurer: each candidate passes the SLO below its capacity and fails above; records the
+    call order and every stop of a candidate's server."""
 
     def __init__(self, capacity: dict) -> None:
         self.capacity = capacity
         self.calls = []
+        self.finished = 0
 
-    def __call__(self, candidate: Candidate, rate: float) -> Point:
+    def finish(self) -> None:
+        self.finished += 1
+
+    def measure(self, phase: str, candidate: Candidate, rate: float) -> Point:
         self.calls.append(candidate.key)
         ok = rate <= self.capacity[candidate.key]
         return Point(candidate.key, rate, rate, rate, 10.0, 30.0 if ok else 90.0, 0, seconds=10.0)
@@ -37,14 +42,13 @@ def result(candidate: Candidate, rps: float, phase: str = "grid") -> CandidateRe
 
 def test_head_to_head_alternates_and_compares_means():
     server = Capacities({PICK.key: 300.0, BEST.key: 310.0})
-    finished = []
     judged = head_to_head(result(PICK, 231.0, "search"), result(BEST, 366.0), SLO_MS, server,
-                          Checkpoint(None, {}), progress=lambda line: None, finish=lambda: finished.append(1))
+                          progress=lambda line: None)
     assert judged is not None
     # ABBA: pick, best, best, pick; each rate search stops its server
     order = [k for i, k in enumerate(server.calls) if i == 0 or server.calls[i - 1] != k]
     assert order == [PICK.key, BEST.key, PICK.key]  # the middle two are one run of BEST
-    assert len(finished) == 4
+    assert server.finished == 4
     assert judged.start_rps == pytest.approx((231.0 * 366.0) ** 0.5)
     # Both found within the ladder's resolution (1.06) below their true capacity
     assert all(300.0 / 1.06 <= r.throughput_rps <= 300.0 for r in judged.pick)
@@ -56,7 +60,7 @@ def test_head_to_head_alternates_and_compares_means():
 def test_nothing_to_judge_when_the_pick_is_the_grids_best():
     server = Capacities({PICK.key: 300.0})
     same = Candidate(2, 1, 8, 2)
-    assert head_to_head(result(PICK, 231.0), result(same, 275.0), SLO_MS, server, Checkpoint(None, {}),
+    assert head_to_head(result(PICK, 231.0), result(same, 275.0), SLO_MS, server,
                         progress=lambda line: None) is None
     assert server.calls == []
 
@@ -78,7 +82,7 @@ def test_verdict_judges_the_choice_not_one_noisy_reading():
     assert plain["targets_met"] == (plain["share_of_time"] <= 0.15)
     # With one, the head-to-head decides
     server = Capacities({PICK.key: 250.0, BEST.key: 320.0})
-    judged = head_to_head(searched.chosen, grid[1], SLO_MS, server, Checkpoint(None, {}), progress=lambda line: None)
+    judged = head_to_head(searched.chosen, grid[1], SLO_MS, server, progress=lambda line: None)
     verdict = grid_comparison(searched, 14.0, grid, judged)
     assert verdict["decisive_share"] == pytest.approx(judged.share) and judged.share < 0.95
     assert verdict["targets_met"] is False and "NOT met" in verdict["sentence"]

@@ -8,12 +8,19 @@ from types import MappingProxyType
 
 import pytest
 
-from benchmarks.tune.service_model import (LinearServiceTime, Observation, Overhead, ServiceModel, max_rate_within,
-                                      simulate)
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
-from benchmarks.tune.search import (GRID_RATES, Point, RateSettings, SearchSettings, best_of, find_max_rate, grid,
-                                    search)
+from benchmarks.tune.rates import RateSettings, evaluate, find_max_rate
+from benchmarks.tune.results import Point, best_of
+from benchmarks.tune.search import GRID_RATES, Fixed, ModelGuided, SearchSettings, run
+from benchmarks.tune.service_model import (
+    LinearServiceTime,
+    Observation,
+    Overhead,
+    ServiceModel,
+    max_rate_within,
+    simulate,
+)
 from benchmarks.tune.space import Candidate, Space, preset, torchserve_defaults
 
 pytestmark = pytest.mark.unit
@@ -38,15 +45,32 @@ def overheads(candidate: Candidate):
     return lambda b: FITTED.by_threads[candidate.threads](b) + 3.0 + 4.0 * b / candidate.threads
 
 
+def quiet(line: str) -> None:
+    pass
+
+
+def search(measurer, prior=(), settings: SearchSettings = SearchSettings()):
+    """The model-guided strategy over SPACE, run through `measurer`."""
+    strategy = ModelGuided(SPACE.candidates(), FITTED, SLO_MS, settings, prior, progress=quiet)
+    return strategy.result(run(strategy, measurer, SLO_MS, quiet))
+
+
+def grid(measurer):
+    return run(Fixed.grid(SPACE.candidates()), measurer, SLO_MS, quiet).results
+
+
 class SyntheticServer:
-    """Measures a candidate at a rate with the batching simulation and the true service times."""
+    """A measurer: a candidate at a rate through the batching simulation and the true service times."""
 
     def __init__(self, truth=collapsing, fail_after: int = -1) -> None:
         self.truth = truth
         self.calls = []
         self.fail_after = fail_after
 
-    def __call__(self, candidate: Candidate, rate: float) -> Point:
+    def finish(self) -> None:
+        pass
+
+    def measure(self, phase: str, candidate: Candidate, rate: float) -> Point:
         if len(self.calls) == self.fail_after:
             raise KeyboardInterrupt("simulated Ctrl-C")
         first = not self.calls or self.calls[-1][0] != candidate.key
@@ -65,7 +89,7 @@ def true_best_rates(space: Space, truth=collapsing) -> dict:
     fine = RateSettings(step=1.5, resolution=1.01, max_points=60)
     out = {}
     for c in space.candidates():
-        found = find_max_rate(lambda r, c=c: server(c, r), 20.0, SLO_MS, fine)
+        found = find_max_rate(lambda r, c=c: server.measure("truth", c, r), 20.0, SLO_MS, fine)
         out[c.key] = found.best.achieved_rps if found.best else 0.0
     return out
 
@@ -86,8 +110,7 @@ def test_first_prediction_is_misled(truth):
 def test_search_finds_the_known_optimum_cheaply(world):
     truth = true_best_rates(SPACE, world)
     server = SyntheticServer(world)
-    result = search(SPACE.candidates(), FITTED, SLO_MS, server, Checkpoint(None, {}), SearchSettings(),
-                    progress=lambda _: None)
+    result = search(server)
     optimum = max(truth.values())
     chosen = result.chosen.candidate.key
     # The optimum, up to near-ties: the top candidates lie within a few % of each other, and a
@@ -96,7 +119,7 @@ def test_search_finds_the_known_optimum_cheaply(world):
     assert result.chosen.throughput_rps >= 0.9 * optimum
     assert len(result.results) <= len(SPACE.candidates()) // 3
     # The exhaustive grid agrees and costs far more.
-    every = grid(SPACE.candidates(), SLO_MS, SyntheticServer(world), Checkpoint(None, {}), progress=lambda _: None)
+    every = grid(SyntheticServer(world))
     assert best_of(every).throughput_rps <= optimum * 1.01
     assert result.seconds < 0.15 * sum(r.seconds for r in every)
     if world is collapsing:  # it learned the truth: 1 worker carries far more served overhead than 2
@@ -106,12 +129,8 @@ def test_search_finds_the_known_optimum_cheaply(world):
 def test_defaults_as_prior_calibrate_and_can_win(truth):
     defaults = torchserve_defaults(2)
     server = SyntheticServer()
-    from benchmarks.tune.search import evaluate
-
-    checkpoint = Checkpoint(None, {})
-    prior = evaluate(defaults, 50.0, SLO_MS, server, checkpoint, "defaults", RateSettings())
-    result = search(SPACE.candidates(), FITTED, SLO_MS, server, checkpoint, SearchSettings(),
-                    progress=lambda _: None, prior=(prior,))
+    prior = evaluate(defaults, 50.0, SLO_MS, server, "defaults", RateSettings())
+    result = search(server, prior=(prior,))
     assert result.results[0] is prior
     assert all(r.candidate.behaviour != prior.candidate.behaviour for r in result.results[1:])  # not twice
     assert truth[result.chosen.candidate.key] >= 0.95 * max(truth.values())
@@ -143,20 +162,20 @@ def test_interrupted_search_resumes_without_measuring_twice(tmp_path):
     identity = {"model": "synthetic", "slo_ms": SLO_MS}
     path = tmp_path / "checkpoint.json"
     full = SyntheticServer()
-    expected = search(SPACE.candidates(), FITTED, SLO_MS, full, Checkpoint(None, identity), progress=lambda _: None)
+    expected = search(Checkpoint(None, identity).replaying(full))
     total = len(full.calls)
     assert total > 4
 
     first = SyntheticServer(fail_after=4)
     with pytest.raises(KeyboardInterrupt):
-        search(SPACE.candidates(), FITTED, SLO_MS, first, Checkpoint(path, identity), progress=lambda _: None)
+        search(Checkpoint(path, identity).replaying(first))
     saved = json.loads(path.read_text())
     assert len(saved["points"]) == 4  # every measurement saved as soon as it was taken
 
     second = SyntheticServer()
     checkpoint = Checkpoint(path, identity)
     assert checkpoint.resumed
-    resumed = search(SPACE.candidates(), FITTED, SLO_MS, second, checkpoint, progress=lambda _: None)
+    resumed = search(checkpoint.replaying(second))
     assert len(second.calls) == total - 4 and checkpoint.replayed == 4
     assert second.calls == full.calls[4:]
     assert resumed.chosen.candidate == expected.chosen.candidate
@@ -245,14 +264,14 @@ class _ScriptedMeasurer:
     def make(p99s, slo_ms=50.0):
         from pathlib import Path
 
-        from benchmarks.tune.measure import LoadSettings, ServedMeasurer
+        from benchmarks.tune.measure import LoadSettings, ServedMeasurer, ServePlan
 
-        measurer = ServedMeasurer("m", Path("store"), Path("config.properties"), LoadSettings(window_s=2.0),
-                                  progress=lambda _: None, slo_ms=slo_ms)
+        plan = ServePlan("m", Path("store"), Path("config.properties"), LoadSettings(window_s=2.0), slo_ms=slo_ms)
+        measurer = ServedMeasurer(plan, progress=quiet)
         calls, script = [], list(p99s)
 
         def fake_measure(candidate, rate, overhead, window_s=None):
-            calls.append(window_s or measurer.load.window_s)
+            calls.append(window_s or plan.load.window_s)
             return Point(candidate.key, rate, rate, rate, 10.0, script.pop(0), 0, seconds=8.0, overhead_s=overhead)
 
         measurer._start = lambda candidate: 5.0
@@ -268,6 +287,6 @@ class _ScriptedMeasurer:
 ])
 def test_near_misses_are_measured_again_longer(p99s, windows, final):
     measurer, calls = _ScriptedMeasurer.make(p99s)
-    point = measurer.measure(Candidate(2, 1, 4, 2), 100.0)
+    point = measurer.measure("search", Candidate(2, 1, 4, 2), 100.0)
     assert calls == windows and point.p99_ms == final
     assert point.seconds == 8.0 * len(windows) and point.overhead_s == 5.0

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from handlers.settings import ImageSettings
 from benchmarks.reliability.corpus import generated, images, texts
 from benchmarks.reliability.corpus.case import FRONTEND, HANDLER, IMAGE_MODEL, TEXT_MODEL, Case, worker_input
+from handlers.settings import ImageSettings
 
 # TorchServe's default max_request_size (bytes): what the frontend accepts when config.properties
 # does not say otherwise.

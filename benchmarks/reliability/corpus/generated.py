@@ -11,7 +11,14 @@ import numpy as np
 from PIL import Image
 
 from benchmarks.reliability.corpus.case import IMAGE_MODEL, TEXT_MODEL, Case, invalid, valid
-from benchmarks.reliability.corpus.imagebytes import PNG_SIGNATURE, declared_png, encode, jpeg_with_size, last_data_offset, photo
+from benchmarks.reliability.corpus.imagebytes import (
+    PNG_SIGNATURE,
+    declared_png,
+    encode,
+    jpeg_with_size,
+    last_data_offset,
+    photo,
+)
 
 SEED = 20261121
 PHOTOS = ("coffee.png", "chelsea.png", "astronaut.png", "rocket.jpg")

@@ -9,7 +9,15 @@ from PIL import Image
 
 from benchmarks.reliability.corpus.case import IMAGE_MODEL, Case, invalid, valid
 from benchmarks.reliability.corpus.imagebytes import (
-    PNG_SIGNATURE, chunk, declared_png, encode, ihdr, jpeg_with_size, multipart, photo, png_from_rows,
+    PNG_SIGNATURE,
+    chunk,
+    declared_png,
+    encode,
+    ihdr,
+    jpeg_with_size,
+    multipart,
+    photo,
+    png_from_rows,
     sixteen_bit,
 )
 

@@ -1,0 +1,112 @@
+"""One model's tuning run, read once into frozen dataclasses: each step of the pipeline then gets
+the part it uses (the space, the search settings, the load, the steps to run), never the whole.
+
+The run's options as given (a flat JSON record of the command line) are kept beside them: the
+checkpoint holds that record as its identity, and `--resume` rebuilds the run from it through
+the same checks. Paths inside the repository are recorded relative to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
+
+from benchmarks.load.stats import StabilityRule
+from benchmarks.serving.repo import REPO_ROOT, shown
+from benchmarks.tune.errors import TuneError
+from benchmarks.tune.measure import LoadSettings
+from benchmarks.tune.rates import RateSettings
+from benchmarks.tune.search import SearchSettings
+from benchmarks.tune.space import PRESETS, Space, preset
+
+# The record's keys; `folder` and `wait_quiet` are where a run writes and how patiently it waits,
+# not what it measures, so they stay out of it (a resumed run may change both).
+RECORD_KEYS = ("model", "slo_ms", "cores", "config", "model_store", "out", "space", "workers", "batch_sizes",
+               "delays", "min_gain_pct", "max_candidates", "patience", "rate_step", "rate_resolution",
+               "max_points", "fit_seconds", "grid", "window_s", "max_windows", "stable_windows", "stability_pct",
+               "warmup_s", "connections", "no_defaults", "no_write", "no_verify")
+# The smallest value each numeric option may take ("above" excludes the bound itself).
+_AT_LEAST = {"cores": 1, "max_candidates": 1, "patience": 1, "max_points": 1, "max_windows": 1,
+             "stable_windows": 1, "connections": 1, "warmup_s": 0}
+_ABOVE = {"slo_ms": 0, "min_gain_pct": 0, "rate_step": 1, "rate_resolution": 1, "fit_seconds": 0, "window_s": 0,
+          "stability_pct": 0}
+
+
+@dataclass(frozen=True)
+class Steps:
+    defaults: bool = True  # measure TorchServe's defaults first (the "before", and a first calibration)
+    grid: bool = False  # also measure every candidate, to judge the search
+    write: bool = True  # write the chosen values into config.properties
+    verify: bool = True  # restart from the written file and measure again
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    model: str
+    slo_ms: float
+    space: Space
+    search: SearchSettings
+    load: LoadSettings
+    fit_seconds: float
+    steps: Steps
+    config: Path
+    model_store: Path
+    folder: Path  # the report folder (checkpoint included)
+    wait_quiet_s: float
+    record: Mapping[str, Any]
+    command: str
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], folder: Path, wait_quiet_s: float = 0.0,
+                    command: str = "") -> "TuneOptions":
+        unknown = sorted(set(record) - set(RECORD_KEYS))
+        missing = [key for key in RECORD_KEYS if key not in record]
+        if unknown or missing:
+            raise TuneError(f"tuning options: unknown {unknown or 'none'}, missing {missing or 'none'} "
+                            "(a checkpoint from another version of the tuner? start a new run)")
+        r = dict(record)
+        for key in (*_AT_LEAST, *_ABOVE):
+            value = r[key]
+            low_ok = value >= _AT_LEAST[key] if key in _AT_LEAST else value > _ABOVE.get(key, 0)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not low_ok:
+                bound = f"at least {_AT_LEAST[key]}" if key in _AT_LEAST else f"above {_ABOVE[key]}"
+                raise TuneError(f"--{key.replace('_', '-')} must be a number {bound}, got {value!r}")
+        if r["space"] not in PRESETS:
+            raise TuneError(f"--space {r['space']!r}: choose one of {', '.join(PRESETS)}")
+        if wait_quiet_s < 0:
+            raise TuneError(f"--wait-quiet must be >= 0 seconds, got {wait_quiet_s}")
+        try:
+            rule = StabilityRule(tolerance_pct=r["stability_pct"], last=r["stable_windows"],
+                                 max_windows=max(r["max_windows"], r["stable_windows"]), warmup=1)
+        except ValueError as err:
+            raise TuneError(f"stability rule: {err}") from None
+        return cls(
+            model=str(r["model"]), slo_ms=float(r["slo_ms"]),
+            space=preset(r["space"], r["cores"], r["workers"], r["batch_sizes"], r["delays"]),
+            search=SearchSettings(r["min_gain_pct"], r["max_candidates"], r["patience"],
+                                  RateSettings(r["rate_step"], r["rate_resolution"], r["max_points"])),
+            load=LoadSettings(r["window_s"], rule, r["connections"], r["warmup_s"]),
+            fit_seconds=float(r["fit_seconds"]),
+            steps=Steps(defaults=not r["no_defaults"], grid=bool(r["grid"]), write=not r["no_write"],
+                        verify=not r["no_verify"]),
+            config=_path(r["config"]), model_store=_path(r["model_store"]), folder=Path(folder).resolve(),
+            wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(r), command=command)
+
+
+def record_of(options: Mapping[str, Any], model: str, slo_ms: float, cores: int) -> dict:
+    """The record of a new run from the command line's options (argparse names), JSON-ready."""
+    record = {key: options[key] for key in RECORD_KEYS if key in options}
+    record.update(model=model, slo_ms=float(slo_ms), cores=int(cores))
+    for key in ("config", "model_store", "out"):
+        record[key] = shown(record[key])
+    for key in ("workers", "batch_sizes", "delays"):
+        record[key] = None if record[key] is None else list(record[key])
+    return record
+
+
+def _path(value: Optional[str]) -> Path:
+    """A recorded path: relative ones are the repository's."""
+    path = Path(str(value))
+    return path if path.is_absolute() else REPO_ROOT / path

@@ -1,0 +1,89 @@
+"""What the tuner measures and keeps: one open-loop point, one candidate's rate search, the best.
+
+The bottom of the tune wing: strategies, the measurer, the checkpoint, the judge and the report
+all speak these types, and this module imports none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from benchmarks.tune.service_model import Prediction
+from benchmarks.tune.space import Candidate
+
+# Served throughput below this share of the offered rate means the server did not keep up.
+KEEP_UP = 0.95
+
+
+@dataclass(frozen=True)
+class Point:
+    """One open-loop measurement: a candidate at one Poisson rate."""
+
+    candidate: str
+    rate_rps: float  # nominal Poisson rate
+    offered_rps: float  # scheduled in the measured windows / their length
+    achieved_rps: float
+    p50_ms: Optional[float]
+    p99_ms: Optional[float]
+    errors: int
+    seconds: float  # wall time under load, warm-up windows included
+    overhead_s: float = 0.0  # server stop/start and warm-up paid just before this point
+    mean_batch: Optional[float] = None
+    stable: bool = True
+    warnings: Tuple[str, ...] = ()
+    others_cpu_pct: Optional[float] = None  # CPU other processes used meanwhile (100 = one core)
+
+    def passes(self, slo_ms: float) -> bool:
+        return (self.p99_ms is not None and self.p99_ms <= slo_ms and self.errors == 0
+                and self.achieved_rps >= KEEP_UP * self.offered_rps)
+
+    def to_json(self) -> dict:
+        out = dict(self.__dict__)
+        out["warnings"] = list(self.warnings)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Point":
+        return cls(**{**raw, "warnings": tuple(raw.get("warnings", ()))})
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """One candidate's rate search: every point measured, and the highest rate within the SLO."""
+
+    candidate: Candidate
+    phase: str
+    points: Tuple[Point, ...]
+    best: Optional[Point]
+    start_rps: float
+    prediction: Optional[Prediction] = None
+
+    @property
+    def throughput_rps(self) -> float:
+        return self.best.achieved_rps if self.best else 0.0
+
+    @property
+    def overhead_s(self) -> float:
+        return sum(p.overhead_s for p in self.points)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds + p.overhead_s for p in self.points)
+
+    def to_json(self) -> dict:
+        return {"candidate": self.candidate.to_json(), "key": self.candidate.key, "phase": self.phase,
+                "start_rps": round(self.start_rps, 3), "throughput_rps": self.throughput_rps,
+                "best": self.best.to_json() if self.best else None, "points": [p.to_json() for p in self.points],
+                "overhead_s": round(self.overhead_s, 2), "seconds": round(self.seconds, 2),
+                "prediction": self.prediction.to_json() if self.prediction else None}
+
+
+def best_of(results: Sequence[CandidateResult]) -> Optional[CandidateResult]:
+    """Highest throughput within the SLO; ties (within 0.5%) go to the lower p99."""
+    passing = [r for r in results if r.best is not None]
+    if not passing:
+        return None
+    top = max(r.throughput_rps for r in passing)
+    close = [r for r in passing if r.throughput_rps >= top * 0.995]
+    return min(close, key=lambda r: (r.best.p99_ms, -r.throughput_rps))

@@ -1,0 +1,60 @@
+"""The tuner's options: read once from the command line (or a checkpoint's record) into frozen
+dataclasses; unknown keys and out-of-range values are refused, naming the option."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benchmarks.serving.repo import REPO_ROOT
+from benchmarks.tune.__main__ import parser
+from benchmarks.tune.errors import TuneError
+from benchmarks.tune.options import TuneOptions, record_of
+
+pytestmark = pytest.mark.unit
+
+
+def record(*argv: str) -> dict:
+    return record_of(vars(parser().parse_args(list(argv))), "minilm", 50.0, cores=2)
+
+
+def test_a_record_builds_each_steps_options(tmp_path):
+    options = TuneOptions.from_record(record("--space", "reduced", "--grid", "--no-write", "--rate-step", "1.5",
+                                             "--window-s", "3"), tmp_path / "run", wait_quiet_s=60)
+    assert options.space.batch_sizes == (1, 2, 4, 8) and options.space.cores == 2
+    assert options.search.rates.step == 1.5 and options.load.window_s == 3.0
+    assert (options.steps.grid, options.steps.write, options.steps.verify, options.steps.defaults) == \
+        (True, False, True, True)
+    assert options.config == REPO_ROOT / "config.properties"  # recorded relative, read as the repo's
+    assert options.record["config"] == "config.properties" and options.wait_quiet_s == 60
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.slo_ms = 10.0
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--rate-step", "1.0"], "--rate-step must be a number above 1"),
+    (["--rate-resolution", "0.9"], "--rate-resolution must be a number above 1"),
+    (["--window-s", "0"], "--window-s must be a number above 0"),
+    (["--max-points", "0"], "--max-points must be a number at least 1"),
+    (["--warmup-s", "-1"], "--warmup-s must be a number at least 0"),
+    (["--space", "huge"], "--space 'huge'"),
+])
+def test_out_of_range_values_name_the_option(tmp_path, argv, words):
+    raw = record()
+    # argparse lets these through (choices aside): the record is checked like a resumed one.
+    if argv[0] == "--space":
+        raw["space"] = argv[1]
+    else:
+        raw[argv[0][2:].replace("-", "_")] = float(argv[1])
+    with pytest.raises(TuneError, match=words):
+        TuneOptions.from_record(raw, tmp_path)
+
+
+def test_unknown_and_missing_keys_are_refused(tmp_path):
+    raw = record()
+    with pytest.raises(TuneError, match=r"unknown \['colour'\]"):
+        TuneOptions.from_record({**raw, "colour": "blue"}, tmp_path)
+    del raw["grid"]
+    with pytest.raises(TuneError, match=r"missing \['grid'\]"):
+        TuneOptions.from_record(raw, tmp_path)
