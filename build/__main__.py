@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from build.archive import build_entry
@@ -43,6 +44,11 @@ def main(argv=None) -> int:
                                  progress=lambda msg: print(msg, flush=True))
         except BuildError as err:
             print(f"  FAILED {name}: {err}", file=sys.stderr, flush=True)
+            failed.append(name)
+            continue
+        except Exception as err:  # noqa: BLE001 - whatever a user's module raises fails its entry alone
+            print(f"  FAILED {name}: unexpected {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            traceback.print_exc(file=sys.stderr)
             failed.append(name)
             continue
         if result.rebuilt:

@@ -1,9 +1,12 @@
 """Stage an entry's files and package them with torch-model-archiver's Python API.
 
-Incremental: a content hash of every input (catalogue entry, handler package, weights, extra
-files, tool versions) is recorded per archive; an unchanged archive is not rebuilt. A new archive
-is written next to the store and moved in only when complete, so a failed build leaves the old
-one intact.
+Every archive runs the same handler (handlers/handler.py, the request loop) with the handlers
+package beside it; the entry's family, settings and source go into its model-config.yaml.
+
+Incremental: a content hash of every input (catalogue entry, handler package, the model's source
+files and weights, extra files, tool versions) is recorded per archive; an unchanged archive is not
+rebuilt. A new archive is written next to the store and moved in only when complete, so a failed
+build leaves the old one intact.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
@@ -24,6 +28,7 @@ from build import export
 from build.catalogue import Catalogue, ModelEntry
 
 STATE_FILE = ".build-state.json"
+HANDLER = "handlers/handler.py"  # the handler TorchServe runs, the same for every archive
 
 
 @dataclass(frozen=True)
@@ -38,13 +43,13 @@ def handler_package_files(root: Path) -> Iterable[Path]:
     return sorted(p for p in (root / "handlers").rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def input_hash(entry_raw, root: Path, weights: Path, extras: Iterable[Path]) -> str:
+def input_hash(entry_raw, root: Path, sources: Iterable[Path], extras: Iterable[Path]) -> str:
     from model_archiver.version import __version__ as archiver_version
 
     digest = hashlib.sha256()
     digest.update(json.dumps(entry_raw, sort_keys=True, default=str).encode())
     digest.update(f"torch={torch.__version__} archiver={archiver_version}".encode())
-    for path in [*handler_package_files(root), weights, *extras]:
+    for path in [*handler_package_files(root), *sources, *extras]:
         digest.update(str(path.name).encode())
         with open(path, "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -100,7 +105,7 @@ def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: P
 
     config = ModelArchiverConfig(
         model_name=entry.name,
-        handler=str(content / entry.handler),
+        handler=str(content / HANDLER),
         version=entry.version,
         serialized_file=str(weights),
         extra_files=str(content),
@@ -114,16 +119,12 @@ def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: P
 
 def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force: bool = False,
                 progress=print) -> BuildResult:
-    import time
-
     started = time.perf_counter()
     entry = catalogue.entry(name)
-    cls = export.handler_class(entry)
     section = export.handler_section(entry)
-    settings = export.parse_settings(entry, cls, section)
-    weights = entry.weights.source.resolve(root, f"model {name!r} weights")
+    settings = export.parse_settings(entry, section)
     extras = {e.name: e.source.resolve(root, f"model {name!r} extra file {e.name!r}") for e in entry.extra_files}
-    digest = input_hash(catalogue.raw_entries[name], root, weights, extras.values())
+    digest = input_hash(catalogue.raw_entries[name], root, entry.model.input_files(root), extras.values())
     archive = store / f"{name}.mar"
     if not force and archive.is_file() and _read_state(store).get(name) == digest:
         return BuildResult(name, archive, rebuilt=False)
@@ -132,8 +133,15 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
     with tempfile.TemporaryDirectory(prefix=f"build-{name}-", dir=store) as tmp:
         stage = Path(tmp)
         content = stage_files(root, stage, extras)
-        progress(f"  {name}: exporting weights ({entry.serialisation})")
-        served = export.export(entry, cls, settings, weights, content)
+        stage_source = getattr(entry.model, "stage", None)
+        if stage_source is not None:
+            stage_source(root, content)
+        family = export.make_family(entry, settings, content)
+        progress(f"  {name}: exporting the {entry.family} model ({entry.serialisation})")
+        served = export.export(entry, settings, family, root, content)
+        progress(f"  {name}: trying it on its family's batch and {len(entry.examples)} example(s)")
+        for problem in export.smoke_test(entry, family, served, settings, root):
+            progress(f"  {name}: warning: {problem}")
         served = Path(shutil.move(str(served), stage / served.name))
         (stage / "model-config.yaml").write_text(yaml.safe_dump({"handler": section}, sort_keys=False))
         progress(f"  {name}: archiving")

@@ -1,118 +1,139 @@
-"""Export: load the real weights into the handler's architecture, then save a state dict or a
-frozen TorchScript module (made here, at build time, so the worker only loads it)."""
+"""Export: the entry's model with its family's head, checked the way the worker will run it, saved
+as a state dict (the worker rebuilds the architecture from the source) or as a frozen TorchScript
+graph traced here under the served precision (the worker only loads it)."""
 
 from __future__ import annotations
 
 import copy
-import importlib
-import inspect
+import shutil
 from pathlib import Path
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Tuple
 
 import torch
 
 from build.catalogue import ModelEntry
 from build.errors import CatalogueError, ExportError
+from build.examples import expected_top1, worker_input
+from build.sources import ExportedProgram, TorchScriptFile, runtime_source
 from handlers import runtime
-from handlers.base import ModelHandler
-from handlers.errors import ConfigError
+from handlers.errors import ConfigError, HandlerError
+from handlers.families import Family, family_class
 from handlers.settings import HandlerSettings
 
 WEIGHTS_FILE = {"state_dict": "model.pt", "torchscript": "model.ts"}
 
 
-def handler_class(entry: ModelEntry) -> type:
-    """The one ModelHandler subclass its module defines (TorchServe instantiates exactly that)."""
-    try:
-        module = importlib.import_module(entry.handler_module)
-    except Exception as err:  # any failure to import is this entry's problem, reported by name
-        raise CatalogueError(f"model {entry.name!r}: handler {entry.handler} does not import: {err!r}") from None
-    classes = [
-        c for _, c in inspect.getmembers(module, inspect.isclass)
-        if c.__module__ == module.__name__ and issubclass(c, ModelHandler)
-    ]
-    defined = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
-    if len(classes) != 1 or len(defined) != 1:
-        raise CatalogueError(
-            f"model {entry.name!r}: {entry.handler} must define exactly one class, a ModelHandler subclass "
-            f"(TorchServe instantiates the only class of the module); found {[c.__name__ for c in defined]}"
-        )
-    return classes[0]
-
-
 def handler_section(entry: ModelEntry) -> Dict[str, Any]:
-    """The archive's `handler:` section: catalogue settings + the exported weights' file name."""
+    """The archive's `handler:` section: the entry's settings, its family, the served weights' file
+    and (for an eager archive) how to rebuild the architecture. Impossible combinations refused."""
+    where = f"model {entry.name!r}"
     section = copy.deepcopy(dict(entry.settings))
-    runtime_section = dict(section.get("runtime") or {})
-    graph = runtime_section.get("graph", "eager")
+    rt = dict(section.get("runtime") or {})
+    graph = rt.get("graph", "eager")
+    source = entry.model
+    if isinstance(source, (TorchScriptFile, ExportedProgram)) and entry.serialisation != "torchscript":
+        raise CatalogueError(f"{where}.serialisation: a {type(source).__name__} model is served as TorchScript: "
+                             "set serialisation: torchscript")
     if entry.serialisation == "torchscript":
-        runtime_section["graph"] = "torchscript"
+        if graph not in ("eager", "torchscript"):
+            raise CatalogueError(f"{where}.settings.runtime.graph: {graph!r} cannot run a TorchScript archive: "
+                                 "drop it, or set serialisation: state_dict")
+        rt["graph"] = "torchscript"
+        if isinstance(source, TorchScriptFile) and rt.get("precision", "fp32") != "fp32":
+            raise CatalogueError(f"{where}.settings.runtime.precision: a TorchScript file runs as it was exported: "
+                                 "set fp32, or give the eager model (python / huggingface) to trace at that precision")
     elif graph == "torchscript":
-        raise CatalogueError(f"model {entry.name!r}: runtime.graph torchscript needs serialisation: torchscript")
-    section["runtime"] = runtime_section
+        raise CatalogueError(f"{where}.settings.runtime.graph: torchscript needs serialisation: torchscript")
+    section["runtime"] = rt
+    section["family"] = entry.family
     section["weights"] = WEIGHTS_FILE[entry.serialisation]
+    served = runtime_source(source, entry.serialisation)
+    if served is not None:
+        section["source"] = served.to_json()
     return section
 
 
-def parse_settings(entry: ModelEntry, cls: type, section: Mapping[str, Any]) -> HandlerSettings:
+def parse_settings(entry: ModelEntry, section: Dict[str, Any]) -> HandlerSettings:
     """Validate the section exactly as the worker will, so a bad key fails the build, not the server."""
     try:
-        return HandlerSettings.from_mapping(section, cls.family_settings_type, where=f"model {entry.name!r} settings")
+        return HandlerSettings.from_mapping(section, where=f"model {entry.name!r} settings")
     except ConfigError as err:
-        raise CatalogueError(str(err)) from None
+        raise CatalogueError(f"{err} (catalogue: settings.{entry.family} / settings.runtime)") from None
 
 
-def load_state_dict(entry: ModelEntry, path: Path) -> Dict[str, torch.Tensor]:
-    if entry.weights.format == "safetensors":
-        from safetensors.torch import load_file
-
-        state = load_file(str(path))
-    else:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, Mapping):
-        raise ExportError(f"model {entry.name!r}: {path.name} is not a state dict")
-    ignore = entry.weights.ignore_keys
-    return {
-        entry.weights.key_prefix + key: value
-        for key, value in state.items()
-        if not any(key.startswith(prefix) for prefix in ignore)
-    }
+def make_family(entry: ModelEntry, settings: HandlerSettings, content: Path) -> Family:
+    try:
+        return family_class(entry.family)(settings.family_settings, content)
+    except (ConfigError, OSError, ValueError) as err:
+        raise CatalogueError(f"model {entry.name!r} settings.{entry.family}: {err}") from None
 
 
-def export(entry: ModelEntry, cls: type, settings: HandlerSettings, weights: Path, stage: Path) -> Path:
-    """Write the served weights into ``stage`` and return their path."""
-    model = cls.build_model(settings.family, stage)
-    result = model.load_state_dict(load_state_dict(entry, weights), strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        raise ExportError(
-            f"model {entry.name!r}: weights do not fit the architecture: "
-            f"missing {result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]} "
-            "(see weights.key_prefix / weights.ignore_keys in the catalogue)"
-        )
-    model.eval()
-    target = stage / WEIGHTS_FILE[entry.serialisation]
+def export(entry: ModelEntry, settings: HandlerSettings, family: Family, root: Path, content: Path) -> Path:
+    """Write the served weights into `content` and return their path."""
+    target = content / WEIGHTS_FILE[entry.serialisation]
+    where = f"model {entry.name!r} model"
+    if isinstance(entry.model, TorchScriptFile):
+        shutil.copy2(entry.model.source.resolve(root, f"{where}.torchscript"), target)
+        return target
+    model = family.wrap(entry.model.load(root, where)).eval()
     if entry.serialisation == "state_dict":
         torch.save(model.state_dict(), target)
     else:
-        torch.jit.save(trace(cls, model, settings, stage), str(target))
+        torch.jit.save(trace(model, family, settings), str(target))
     return target
 
 
-def trace(cls: type, model: torch.nn.Module, settings: HandlerSettings, stage: Path) -> torch.jit.ScriptModule:
-    """Trace on a real example batch (under the served precision, so its casts are in the graph), freeze."""
-    handler = cls()
-    handler.settings = settings
-    handler.device = torch.device("cpu")
-    handler.setup(stage)
-    example = handler.example_batch(2)
-    example = example if isinstance(example, tuple) else (example,)
+def trace(model: torch.nn.Module, family: Family, settings: HandlerSettings) -> torch.jit.ScriptModule:
+    """Trace on the family's example batch (under the served precision, so its casts are in the graph), freeze."""
     rt = settings.runtime
+    example = family.example_batch(2)
+    example = example if isinstance(example, tuple) else (example,)
     if rt.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    dtype = runtime.resolve_precision(rt.precision, handler.device)
+        example = tuple(runtime.memory_format(t, True) for t in example)
+    dtype = runtime.resolve_precision(rt.precision, torch.device("cpu"))
     try:
-        with torch.no_grad(), runtime.autocast(handler.device, dtype):
+        with torch.no_grad(), runtime.autocast(torch.device("cpu"), dtype):
             traced = torch.jit.trace(model, example, check_trace=False)
         return torch.jit.freeze(traced.eval())
-    except (RuntimeError, TypeError) as err:
+    except (RuntimeError, TypeError, ValueError) as err:
         raise ExportError(f"TorchScript tracing failed: {err}") from None
+
+
+def smoke_test(entry: ModelEntry, family: Family, served: Path, settings: HandlerSettings, root: Path) -> Tuple[str, ...]:
+    """The archive's model on a batch of its family's examples and on each catalogue example, in
+    this process, the worker's way: problems come out here, naming the entry, not in a server log."""
+    where = f"model {entry.name!r}"
+    model = load_served(served, settings, family, root)
+    batches = [family.example_batch(2)]
+    for example in entry.examples:
+        request = example.request(root)
+        try:
+            batches.append(family.collate([family.decode(worker_input(request.body, request.content_type), request.content_type)]))
+        except HandlerError as err:
+            raise ExportError(f"{where}.examples: {example.name} is refused by the model: {err.message}") from None
+    answers = []
+    try:
+        for batch in batches:
+            inputs = batch if isinstance(batch, tuple) else (batch,)
+            with torch.inference_mode():
+                answers.append(family.postprocess(model(*inputs), batch))
+    except (RuntimeError, ValueError, TypeError, IndexError, ConfigError) as err:
+        message = getattr(err, "message", None) or str(err).splitlines()[0][:300]
+        raise ExportError(f"{where}: the model fails on its family's input ({type(err).__name__}: {message}); "
+                          f"check settings.{entry.family} against what the model takes and returns") from None
+    problems = [expected_top1(example, answer[0]) for example, answer in zip(entry.examples, answers[1:])]
+    return tuple(p for p in problems if p)
+
+
+def load_served(served: Path, settings: HandlerSettings, family: Family, root: Path) -> torch.nn.Module:
+    if settings.runtime.graph == "torchscript":
+        return torch.jit.load(str(served), map_location="cpu").eval()
+    model = family.wrap(settings.source.build(served.parent))
+    model.load_state_dict(torch.load(served, map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+def served_settings(entry: ModelEntry) -> HandlerSettings:
+    """The settings an entry's archive runs with (family, its settings, runtime), as the worker reads them."""
+    return parse_settings(entry, handler_section(entry))

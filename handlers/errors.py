@@ -33,6 +33,13 @@ class UnsupportedMediaType(BadInput):
     kind = "UnsupportedMediaType"
 
 
+class ServerFault(HandlerError):
+    """Our fault, not the request's: that request alone gets a 500 (the log has the traceback)."""
+
+    status = 500
+    kind = "InternalServerError"
+
+
 class ConfigError(HandlerError):
     """The archive's handler settings are wrong: the model must not load."""
 

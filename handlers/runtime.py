@@ -129,6 +129,13 @@ def compile_model(model: torch.nn.Module, mode: str) -> Callable:
     return torch.compile(model, mode=mode, dynamic=False)
 
 
+def memory_format(batch: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """Image batches (4-D) in the layout the model was prepared for; a no-op when already so."""
+    if batch.dim() != 4:
+        return batch
+    return batch.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
 def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Host -> device copy; on CUDA from pinned memory so the copy overlaps with the launch."""
     if device.type != "cuda":

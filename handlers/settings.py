@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Optional
 
 from handlers.errors import ConfigError
+from handlers.families import family_class
+from handlers.sources import Source, source_from
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Graph = Literal["eager", "torchscript", "compile"]
@@ -29,6 +31,11 @@ def _check_value(where: str, name: str, hint: Any, value: Any) -> Any:
             return None
         (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
         return _check_value(where, name, inner, value)
+    if origin is tuple:  # Tuple[X, ...] from a YAML list
+        (inner, _) = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}.{name}: expected a list, got {value!r}")
+        return tuple(_check_value(where, name, inner, item) for item in value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
@@ -95,60 +102,39 @@ class ProfilerSettings:
 
 
 @dataclass(frozen=True)
-class ImageSettings:
-    """Image classifier: decoding limits and the resize/crop geometry."""
-
-    architecture: str = "efficientnet-lite0"
-    labels: str = "labels.json"
-    image_size: int = 224
-    resize_size: int = 256
-    mean: float = 127.0
-    std: float = 128.0
-    top_k: int = 5
-    max_body_bytes: int = 16 * 1024 * 1024
-    max_image_pixels: int = 40_000_000
-    draft_decode: bool = True
-
-
-@dataclass(frozen=True)
-class TextSettings:
-    """Text embedder: tokenizer files, truncation and dynamic padding buckets."""
-
-    config: str = "config.json"
-    tokenizer: str = "tokenizer.json"
-    max_length: int = 256
-    pad_bucket: int = 16
-    pad_to_max_length: bool = False  # the naive path: every request padded to max_length
-    max_body_bytes: int = 1024 * 1024
-    normalize: bool = True
-
-    def __post_init__(self):
-        if self.pad_bucket < 1 or self.max_length < 2:
-            raise ConfigError("model.pad_bucket must be >= 1 and model.max_length >= 2")
-
-
-@dataclass(frozen=True)
 class HandlerSettings:
     """The whole `handler:` section of an archive's model-config.yaml."""
 
-    weights: str
-    family: Any  # ImageSettings or TextSettings, chosen by the handler class
+    family: str  # a name in handlers.families.FAMILIES
+    weights: str  # the served weights' file in the archive
+    family_settings: Any  # that family's Settings, from the section named after it
+    source: Optional[Source] = None  # how an eager archive rebuilds its architecture
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     profiler: ProfilerSettings = field(default_factory=ProfilerSettings)
 
     @classmethod
-    def from_mapping(cls, section: Optional[Mapping[str, Any]], family_type, where: str = "handler"):
+    def from_mapping(cls, section: Optional[Mapping[str, Any]], where: str = "handler") -> "HandlerSettings":
         section = dict(section or {})
-        known = {"weights", "runtime", "profiler", "model"}
+        name = section.get("family")
+        if not isinstance(name, str):
+            raise ConfigError(f"{where}.family: the model family is required (e.g. image_classifier)")
+        family = family_class(name)
+        known = {"family", "weights", "source", "runtime", "profiler", name}
         unknown = sorted(set(section) - known)
         if unknown:
             raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})")
         weights = section.get("weights")
         if not isinstance(weights, str) or not weights:
             raise ConfigError(f"{where}.weights: the weights file name is required")
-        return cls(
+        settings = cls(
+            family=name,
             weights=weights,
-            family=parse_section(family_type, section.get("model"), f"{where}.model"),
+            family_settings=parse_section(family.Settings, section.get(name), f"{where}.{name}"),
+            source=source_from(section.get("source"), f"{where}.source"),
             runtime=parse_section(RuntimeSettings, section.get("runtime"), f"{where}.runtime"),
             profiler=parse_section(ProfilerSettings, section.get("profiler"), f"{where}.profiler"),
         )
+        if (settings.runtime.graph == "torchscript") == (settings.source is not None):
+            raise ConfigError(f"{where}.source: an eager archive needs one (how to rebuild the architecture), "
+                              "a TorchScript one has none")
+        return settings

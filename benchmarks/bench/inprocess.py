@@ -1,11 +1,12 @@
 """In-process handler benchmark: items/s of each setting against the naive path, no server.
 
-    python -m benchmarks.bench.inprocess [--model efficientnet_lite0|minilm] [--batch-size 8] [--threads 2]
+    python -m benchmarks.bench.inprocess [--model <catalogue model>] [--batch-size 8] [--threads 2]
 
-Every setting runs the whole handler (decode/tokenise, forward, post-process) on real inputs, in
-one process, at the same batch size and thread count, so the ratios are comparable.
-The naive path is fp32 eager, full-size image decoding, text padded to max_length 128 (as
-TorchServe's text examples do). Writes benchmarks/reports/inprocess-<time>/ (JSON + a bar plot).
+Every setting runs the whole handler (decode, forward, post-process) on the model's catalogue
+examples, in one process, at the same batch size and thread count, so the ratios are comparable.
+The naive path is fp32 eager with the family's naive settings (full-size image decoding; text
+padded to max_length 128, as TorchServe's text examples do). Writes
+benchmarks/reports/inprocess-<time>/ (JSON + a bar plot).
 """
 
 from __future__ import annotations
@@ -17,31 +18,34 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from benchmarks.load.inputs import requests_for
+from benchmarks.load.inputs import worker_requests
+from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT, REPORTS
+from build.catalogue import Catalogue
+from build.errors import BuildError
+from handlers.families import family_class
+from handlers.handler import Handler
 
 EAGER = "state_dict"
 SHIPPED = None  # the catalogue's own serialisation
 _NAIVE_RUNTIME = {"precision": "fp32", "channels_last": False, "preprocess_threads": 1}
-# name -> (archive serialisation, handler-section overrides on top of that archive's settings).
-# The first variant of each model is the naive path the others are compared with.
-VARIANTS: Dict[str, Dict[str, tuple]] = {
-    "efficientnet_lite0": {
-        "naive (fp32 eager, full decode)": (EAGER, {"runtime": _NAIVE_RUNTIME, "model": {"draft_decode": False}}),
-        "eager fp32 + channels_last + fast decode": (EAGER, {"runtime": {"precision": "fp32"}}),
-        "eager bf16 + channels_last + fast decode": (EAGER, {}),
-        "shipped (torchscript bf16 + channels_last + fast decode)": (SHIPPED, {}),
-    },
-    "minilm": {
-        "naive (fp32 eager, pad to 128)": (EAGER, {"runtime": _NAIVE_RUNTIME,
-                                                   "model": {"pad_to_max_length": True, "max_length": 128}}),
-        "eager fp32 + dynamic padding": (EAGER, {"runtime": {"precision": "fp32"}}),
-        "eager bf16 + dynamic padding": (EAGER, {}),
-        "shipped (torchscript bf16 + dynamic padding)": (SHIPPED, {}),
-    },
-}
+
+
+def variants(model: str) -> Dict[str, tuple]:
+    """name -> (archive serialisation, handler-section overrides on top of that archive's settings).
+    The first is the naive path the others are compared with."""
+    entry = Catalogue.load(CATALOGUE).entry(model)
+    family = family_class(entry.family)
+    precision = (entry.settings.get("runtime") or {}).get("precision", "fp32")
+    return {
+        f"naive (fp32 eager, naive {family.name} settings)": (EAGER, {"runtime": _NAIVE_RUNTIME,
+                                                                       family.name: dict(family.naive)}),
+        f"eager fp32 + {family.name} settings": (EAGER, {"runtime": {"precision": "fp32"}}),
+        f"eager {precision} + {family.name} settings": (EAGER, {}),
+        f"shipped ({entry.serialisation} {precision})": (SHIPPED, {}),
+    }
 
 
 @dataclass
@@ -58,7 +62,6 @@ def extracted_archive(model: str, serialisation: Optional[str], into: Path) -> P
     """The catalogue's archive (from model_store), or one built with another serialisation."""
     from benchmarks.bench.bare_context import extract
     from build.archive import build_entry
-    from build.catalogue import Catalogue
 
     catalogue = Catalogue.load(CATALOGUE)
     store = MODEL_STORE
@@ -69,22 +72,26 @@ def extracted_archive(model: str, serialisation: Optional[str], into: Path) -> P
     return extract(result.archive, into / f"{model}-{serialisation or 'shipped'}")
 
 
-def handler_class(model: str):
-    from build.catalogue import Catalogue
-    from build.export import handler_class as find
+def measure(handler, context, requests: Sequence[Tuple[Any, str]], batch_size: int, seconds: float) -> Measurement:
+    """Whole-handler throughput over a cycling set of real requests, after two warm batches. A
+    request the handler refuses stops the measurement: timing rejections would flatter the model."""
+    picks = [[(b * batch_size + i) % len(requests) for i in range(batch_size)] for b in range(8)]
+    batches = [[{"body": requests[k][0]} for k in pick] for pick in picks]
+    headers = [{i: {"Content-Type": requests[k][1]} for i, k in enumerate(pick)} for pick in picks]
 
-    return find(Catalogue.load(CATALOGUE).entry(model))
+    def handle(index: int) -> None:
+        context.headers, context.statuses = headers[index % len(batches)], {}
+        handler.handle(batches[index % len(batches)], context)
+        if context.statuses:
+            i, (status, message) = next(iter(context.statuses.items()))
+            raise BenchmarkError(f"the handler refused example {picks[index % len(batches)][i]}: {status} {message}")
 
-
-def measure(handler, context, requests: List[dict], batch_size: int, seconds: float) -> Measurement:
-    """Whole-handler throughput over a cycling set of real requests, after two warm batches."""
-    batches = [[requests[(b * batch_size + i) % len(requests)] for i in range(batch_size)] for b in range(8)]
-    for batch in batches[:2]:
-        handler.handle(batch, context)
+    handle(0)
+    handle(1)
     context.metrics.calls.clear()
     count, started = 0, time.perf_counter()
     while True:
-        handler.handle(batches[count % len(batches)], context)
+        handle(count)
         count += 1
         elapsed = time.perf_counter() - started
         if elapsed >= seconds and count >= 3:
@@ -102,9 +109,9 @@ def run_variant(model: str, model_dir: Path, overrides: dict, batch_size: int, t
 
     overrides = {**overrides, "runtime": {**overrides.get("runtime", {}), "threads": threads, "warmup": False}}
     context = FakeContext(model_dir, model, batch_size=batch_size, handler_overrides=overrides)
-    handler = handler_class(model)()
+    handler = Handler()
     handler.initialize(context)
-    return measure(handler, context, requests_for(model), batch_size, seconds)
+    return measure(handler, context, worker_requests(model), batch_size, seconds)
 
 
 def run(models: List[str], batch_size: int, threads: int, seconds: float, only: Optional[List[str]] = None,
@@ -113,7 +120,7 @@ def run(models: List[str], batch_size: int, threads: int, seconds: float, only: 
     with tempfile.TemporaryDirectory(prefix="inprocess-") as tmp:
         for model in models:
             rows = []
-            for name, (serialisation, overrides) in VARIANTS[model].items():
+            for name, (serialisation, overrides) in variants(model).items():
                 if only and name not in only and not name.startswith("naive"):
                     continue
                 progress(f"  {model}: {name} ...")
@@ -170,16 +177,20 @@ def plot(results: Dict[str, List[Measurement]], path: Path, args) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.inprocess", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", choices=sorted(VARIANTS), help="default: all")
+    parser.add_argument("--model", action="append", choices=Catalogue.load(CATALOGUE).names, help="default: all")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0, help="measured time per variant")
     args = parser.parse_args(argv)
-    results = run(args.model or list(VARIANTS), args.batch_size, args.threads, args.seconds)
-    print(f"\n{'model':<20}{'variant':<40}{'items/s':>10}{'vs naive':>10}")
+    try:
+        results = run(args.model or list(Catalogue.load(CATALOGUE).names), args.batch_size, args.threads, args.seconds)
+    except (BenchmarkError, BuildError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"\n{'model':<20}{'variant':<55}{'items/s':>10}{'vs naive':>10}")
     for model, rows in results.items():
         for row in rows:
-            print(f"{model:<20}{row.variant:<40}{row.items_per_s:>10.1f}{row.ratio_to_naive:>9.2f}x")
+            print(f"{model:<20}{row.variant:<55}{row.items_per_s:>10.1f}{row.ratio_to_naive:>9.2f}x")
     print(f"\nreport: {write_report(results, args)}")
     return 0
 

@@ -62,7 +62,7 @@ def sentences(s: dict) -> List[str]:
     if ours["slo_rps"]:
         verdict = f"At p99 <= {slo:g} ms (open loop) ours serves {ours['slo_rps']:.1f} req/s"
         if stock is None:
-            verdict += " (stock baseline not measured)"
+            verdict += " (no stock baseline)"
         elif stock["slo_rps"]:
             verdict += f", {s['speedup_at_slo']:.1f}x the stock baseline ({stock['slo_rps']:.1f} req/s)"
         else:
@@ -121,10 +121,12 @@ def markdown(report: dict) -> str:
               f"- ours: batch size {ours['batch_size']}, max batch delay {ours['max_batch_delay_ms']} ms, "
               f"{ours['max_workers']} worker(s) x {ours['threads_resolved']} threads "
               f"(logged by the workers: {report['results']['ours']['worker_threads']}), shipped archive settings",
-              f"- stock: {cfg['stock']['handler']}; TorchServe defaults "
-              + (f"(batch size {report['results']['stock']['frontend']['batchSize']}, "
-                 f"{report['results']['stock']['frontend']['workers']} workers x "
-                 f"{report['results']['stock']['worker_threads']} torch threads)" if "stock" in report["results"] else ""),
+              (f"- stock: {cfg['stock']['handler']}; TorchServe defaults "
+               f"(batch size {report['results']['stock']['frontend']['batchSize']}, "
+               f"{report['results']['stock']['frontend']['workers']} workers x "
+               f"{report['results']['stock']['worker_threads']} torch threads)" if "stock" in report["results"]
+               else f"- stock: none ({cfg['stock'].get('missing') or 'not measured'}); ours is compared with "
+                    "the in-process limit only"),
               f"- in-process limit: the same handler without a server, batch {report['reference']['inprocess']['batch_size']}, "
               f"{report['reference']['inprocess']['threads']} threads, x {report['reference']['inprocess'].get('workers', 1)} "
               f"worker(s): {report['reference']['inprocess']['items_per_s']:.1f} items/s"

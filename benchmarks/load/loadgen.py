@@ -23,7 +23,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from benchmarks.load import stats
-from benchmarks.load.inputs import requests_for
+from benchmarks.load import inputs
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
 from benchmarks.serving.errors import BenchmarkError
 
@@ -54,15 +54,8 @@ class Payload:
 
 
 def payloads_for(model: str) -> Tuple[Payload, ...]:
-    """The real inputs the in-process limit uses too: photos as JPEG, or sentences as JSON."""
-    out = []
-    for request in requests_for(model):
-        body = request["body"]
-        if isinstance(body, (bytes, bytearray)):
-            out.append(Payload(bytes(body), "image/jpeg"))
-        else:
-            out.append(Payload(json.dumps(body).encode("utf-8"), "application/json"))
-    return tuple(out)
+    """The model's catalogue examples, the inputs the in-process limit uses too."""
+    return tuple(Payload(r.body, r.content_type) for r in inputs.requests(model))
 
 
 class Connection:

@@ -1,12 +1,12 @@
 """`make reliability`: every reliability and security check against real servers, then one table.
 
 Three servers, each through the launcher (temp dir, free loopback ports, always stopped):
-1. the shipped config.properties with both models (plus the soak's JVM heap settings, see
-   benchmarks/reliability/soak.py): security checks, the soak (short by default), the bad-input corpus, a
-   worker SIGKILLed under load, the secrets scan;
-2. the image model on a small job queue (job_queue_size written into that server's config):
-   overload at 3x its measured capacity;
-3. the model API on (this fault test server only): broken archives next to a healthy model.
+1. the shipped config.properties with every model (plus the soak's JVM heap settings, see
+   benchmarks/reliability/soak.py): security checks, the soak (short by default), the bad-input corpus
+   (each model gets its family's cases), a worker SIGKILLed under load, the secrets scan;
+2. one model (--model, default the catalogue's first) on a small job queue (job_queue_size written
+   into that server's config): overload at 3x its measured capacity;
+3. the model API on (this fault test server only): broken archives next to that model, healthy.
 The figures go to benchmarks/reports/reliability-<time>/ (summary.json, table.txt, soak.png).
 
     python -m benchmarks.reliability [--soak-minutes 1] [--overload-seconds 15]
@@ -25,9 +25,8 @@ from benchmarks.reliability import badinput, faults, overload, security, soak
 from benchmarks.reliability.findings import Findings, table
 from benchmarks.serving.errors import LauncherError
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import MODEL_STORE, REPORTS
-
-IMAGE, TEXT = "efficientnet_lite0", "minilm"
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPORTS
+from build.catalogue import Catalogue
 
 
 def attempt(errors: List[str], name: str, step: Callable):
@@ -40,9 +39,10 @@ def attempt(errors: List[str], name: str, step: Callable):
         return None
 
 
-def run(store: Path, out: Path, soak_minutes: float, overload_seconds: float,
+def run(store: Path, out: Path, model: str, soak_minutes: float, overload_seconds: float,
         job_queue_size: int) -> Tuple[Findings, List[str]]:
-    """All checks; also the servers' keys, to prove afterwards that no report holds one."""
+    """All checks (the soak, kill, overload and broken-archive ones on `model`, the corpus on every
+    model); also the servers' keys, to prove afterwards that no report holds one."""
     errors: List[str] = []
     checks: List[security.Check] = list(security.weights_checks())
     keys: List[str] = []
@@ -50,28 +50,28 @@ def run(store: Path, out: Path, soak_minutes: float, overload_seconds: float,
 
     def main_server():
         nonlocal corpus, kill, soaked
-        with TorchServe(store, wait_for=(IMAGE, TEXT), extra_properties=soak.soak_vmargs()) as ts:
+        with TorchServe(store, extra_properties=soak.soak_vmargs()) as ts:
             keys.extend([ts.tokens.inference, ts.tokens.management, ts.tokens.api])
-            checks.extend(security.server_checks(ts, TEXT, IMAGE))
+            checks.extend(security.server_checks(ts, model))
             # The soak first: it measures the steady state, not the aftermath of the faults below.
-            soaked = attempt(errors, "soak", lambda: soak.soak(ts, IMAGE, soak_minutes, capacity(ts, IMAGE)))
+            soaked = attempt(errors, "soak", lambda: soak.soak(ts, model, soak_minutes, capacity(ts, model)))
             if soaked is not None:
                 soak.write_report(soaked, out)
             corpus = attempt(errors, "bad-input corpus", lambda: badinput.run_corpus(ts))
-            kill = attempt(errors, "worker SIGKILL", lambda: faults.kill_worker_under_load(ts, IMAGE, concurrency=8))
+            kill = attempt(errors, "worker SIGKILL", lambda: faults.kill_worker_under_load(ts, model, concurrency=8))
             checks.extend(security.secrets_checks(ts, extra=[out]))
 
     def overload_server():
         nonlocal loaded
         props = {"job_queue_size": str(job_queue_size), **soak.soak_vmargs()}  # pre-touched heap: RSS = footprint
-        with TorchServe(store, load=(IMAGE,), extra_properties=props) as ts:
+        with TorchServe(store, load=(model,), extra_properties=props) as ts:
             keys.extend([ts.tokens.inference, ts.tokens.management, ts.tokens.api])
-            loaded = overload.overload(ts, IMAGE, capacity(ts, IMAGE), 3.0, overload_seconds)
+            loaded = overload.overload(ts, model, capacity(ts, model), 3.0, overload_seconds)
             checks.extend(security.secrets_checks(ts))
 
     attempt(errors, "main server", main_server)
     attempt(errors, "overload", overload_server)
-    archives = attempt(errors, "broken archives", lambda: faults.broken_archives(store, TEXT))
+    archives = attempt(errors, "broken archives", lambda: faults.broken_archives(store, model))
     return Findings(corpus, kill, archives, loaded, soaked, tuple(checks), tuple(errors)), keys
 
 
@@ -98,11 +98,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--overload-seconds", type=float, default=15.0)
     parser.add_argument("--job-queue-size", type=int, default=16, help="the overload server's job_queue_size")
     parser.add_argument("--model-store", type=Path, default=MODEL_STORE)
+    parser.add_argument("--model", default=None, help="the soak, kill, overload and broken-archive checks' model "
+                        "(default: the catalogue's first); the corpus goes to every model")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     out = args.out or REPORTS / time.strftime("reliability-%Y%m%d-%H%M%S")
     began = time.monotonic()
-    findings, keys = run(args.model_store, out, args.soak_minutes, args.overload_seconds, args.job_queue_size)
+    model = args.model or Catalogue.load(CATALOGUE).names[0]
+    findings, keys = run(args.model_store, out, model, args.soak_minutes, args.overload_seconds, args.job_queue_size)
     print(write(findings, out, keys))
     for problem in findings.problems:
         print(f"  FAIL {problem}")

@@ -16,24 +16,35 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import requests
 
 from benchmarks.load.traffic import Traffic, say
-from benchmarks.reliability.corpus import FRONTEND, HANDLER, IMAGE_MODEL, TEXT_MODEL, Case, cases
+from benchmarks.reliability.corpus import (
+    FRONTEND,
+    HANDLER,
+    TENSOR,
+    TEXT,
+    Case,
+    family_cases,
+    server_cases,
+)
 from benchmarks.serving import ts_logs
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import MODEL_STORE
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
 from benchmarks.serving.server_metrics import BATCHES, Scrape
+from build.catalogue import Catalogue
+from build.export import served_settings
+from handlers.settings import HandlerSettings
 
-CATCH_ALL = "unexpected error decoding"  # handlers/base.py: an input no check foresaw
-MODELS = (IMAGE_MODEL, TEXT_MODEL)
+CATCH_ALL = "unexpected error decoding"  # handlers/handler.py: an input no check foresaw
 TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
 class Outcome:
+    model: str
     case: Case
     status: int  # 0: no answer
     message: str
@@ -44,7 +55,8 @@ class Outcome:
         return self.case.outcome_ok(self.status, self.message) and (self.well_formed or not self.case.valid)
 
     def describe(self) -> str:
-        return f"{self.case.model}: {self.case.name}: expected {self.case.expected}, got {self.status} {self.message[:100]!r}"
+        return (f"{self.model}: {self.case.name}: expected {self.case.expected}, got {self.status} "
+                f"{self.message[:100]!r}")
 
 
 @dataclass(frozen=True)
@@ -90,25 +102,41 @@ class CorpusResult:
                 f"worker restarts: {len(self.restarted_workers)}")
 
 
-def well_formed(model: str, response: requests.Response) -> bool:
+def served_models(ts: TorchServe) -> Dict[str, HandlerSettings]:
+    """Each model the server runs that the catalogue knows, with the settings its archive runs."""
+    catalogue = Catalogue.load(CATALOGUE)
+    return {m: served_settings(catalogue.entry(m)) for m in ts.list_models() if m in catalogue.names}
+
+
+def well_formed(settings: HandlerSettings, response: requests.Response) -> bool:
+    """A 200's answer has the shape the model's family promises."""
     try:
         answer = response.json()
     except ValueError:
         return False
-    if model == IMAGE_MODEL:
-        return isinstance(answer, dict) and len(answer) == 5 and all(0 <= p <= 1 for p in answer.values())
-    return isinstance(answer, dict) and len(answer.get("embedding", ())) == 384
+    if not isinstance(answer, dict):
+        return False
+    family = settings.family_settings
+    if settings.family == TEXT:
+        vector = answer.get("embedding")
+        return isinstance(vector, list) and bool(vector) and all(isinstance(v, (int, float)) for v in vector)
+    if settings.family == TENSOR and family.output == "raw":
+        return isinstance(answer.get("outputs"), list)
+    if settings.family == TENSOR and family.output == "argmax":
+        return set(answer) == {"class"}
+    probabilities = list(answer.values())  # top-k {label: probability}: image, tensor softmax_topk
+    return 1 <= len(probabilities) <= family.top_k and all(isinstance(p, float) and 0 <= p <= 1 for p in probabilities)
 
 
-def send(ts: TorchServe, case: Case) -> Outcome:
+def send(ts: TorchServe, model: str, case: Case, settings: Optional[HandlerSettings] = None) -> Outcome:
     headers = {"Authorization": f"Bearer {ts.tokens.inference}"}
     if case.content_type is not None:  # None: no Content-Type header at all
         headers["Content-Type"] = case.content_type
     try:
-        response = requests.post(f"{ts.inference_url}/predictions/{case.model}", data=case.body, headers=headers,
+        response = requests.post(f"{ts.inference_url}/predictions/{model}", data=case.body, headers=headers,
                                  timeout=TIMEOUT_S)
     except requests.RequestException as exc:
-        return Outcome(case, 0, f"no answer: {type(exc).__name__}", False)
+        return Outcome(model, case, 0, f"no answer: {type(exc).__name__}", False)
     message = ""
     if response.status_code != 200:
         try:
@@ -116,11 +144,12 @@ def send(ts: TorchServe, case: Case) -> Outcome:
         except (ValueError, AttributeError):
             message = ""
         message = message or response.reason or ""  # the frontend's 413 has no body, only its reason
-    return Outcome(case, response.status_code, message,
-                   response.status_code == 200 and well_formed(case.model, response))
+    return Outcome(model, case, response.status_code, message,
+                   response.status_code == 200 and settings is not None and well_formed(settings, response))
 
 
-def send_together(ts: TorchServe, groups: Sequence[Sequence[Case]]) -> List[List[Outcome]]:
+def send_together(ts: TorchServe, model: str, settings: HandlerSettings,
+                  groups: Sequence[Sequence[Case]]) -> List[List[Outcome]]:
     """Every request of every group at once (a barrier releases them together): the frontend
     batches requests that arrive together, so each group's requests share batches."""
     flat = [case for group in groups for case in group]
@@ -128,24 +157,24 @@ def send_together(ts: TorchServe, groups: Sequence[Sequence[Case]]) -> List[List
 
     def go(case: Case) -> Outcome:
         barrier.wait(timeout=30)
-        return send(ts, case)
+        return send(ts, model, case, settings)
 
     with ThreadPoolExecutor(max_workers=len(flat)) as pool:
         answers = iter(list(pool.map(go, flat)))
     return [[next(answers) for _ in group] for group in groups]
 
 
-def formed_batches(ts: TorchServe) -> int:
-    """Batches of 2+ accepted requests so far, over both models (handlers' HandlerBatches counter)."""
+def formed_batches(ts: TorchServe, models: Sequence[str]) -> int:
+    """Batches of 2+ accepted requests so far, over these models (handlers' HandlerBatches counter)."""
     scrape = Scrape.of(ts.metrics_text())
-    return int(sum(n for m in MODELS for size, n in scrape.by_label(BATCHES, m, "BatchSize").items()
+    return int(sum(n for m in models for size, n in scrape.by_label(BATCHES, m, "BatchSize").items()
                    if int(size) >= 2))
 
 
-def mixed_groups(corpus: Sequence[Case], model: str, per_group: int) -> List[List[Case]]:
+def mixed_groups(corpus: Sequence[Case], per_group: int) -> List[List[Case]]:
     """Groups of `per_group` invalid + `per_group` valid cases, until every case went at least once
     (valid ones cycle: they are the batch-mates)."""
-    mine = [c for c in corpus if c.model == model and c.layer == HANDLER]
+    mine = [c for c in corpus if c.layer == HANDLER]
     invalid = [c for c in mine if not c.valid]
     valid = [c for c in mine if c.valid]
     count = max(-(-len(invalid) // per_group), -(-len(valid) // per_group))
@@ -155,34 +184,38 @@ def mixed_groups(corpus: Sequence[Case], model: str, per_group: int) -> List[Lis
 
 
 def run_corpus(ts: TorchServe, per_group: int = 2, groups_at_once: int = 2) -> CorpusResult:
-    """Send the whole corpus: groups of `per_group` invalid + `per_group` valid requests,
-    `groups_at_once` groups released together (at most batchSize requests in all)."""
-    pids = {m: ts.worker_pids(m) for m in MODELS}
+    """Send each served model its family's corpus: groups of `per_group` invalid + `per_group`
+    valid requests, `groups_at_once` groups released together (at most batchSize requests in all);
+    then the bodies its limits refuse, and two requests no model may answer."""
+    served = served_models(ts)
+    pids = {m: ts.worker_pids(m) for m in served}
     log_marks = {name: len(ts.log_text(name)) for name in ("ts_log.log", "model_log.log")}
     max_request = int(ts.config.get("max_request_size", "6553500") or 6553500)
-    corpus = cases(max_request)
-    batches_before = formed_batches(ts)
+    batches_before = formed_batches(ts, list(served))
     by_case: dict = {}
     mates: List[Outcome] = []
-    for model in MODELS:
+    for model, settings in served.items():
+        corpus = family_cases(settings.family, settings.family_settings)
         at_once = max(1, min(groups_at_once, int(ts.describe(model)["batchSize"]) // (2 * per_group)))
-        groups = mixed_groups(corpus, model, per_group)
-        say(f"corpus {model}: {len(groups)} groups of up to {2 * per_group} requests, {at_once} at a time")
+        groups = mixed_groups(corpus, per_group)
+        say(f"corpus {model} ({settings.family}): {len(groups)} groups of up to {2 * per_group} requests, "
+            f"{at_once} at a time")
         for start in range(0, len(groups), at_once):
             chunk = groups[start:start + at_once]
-            for group, answers in zip(chunk, send_together(ts, chunk)):
+            for group, answers in zip(chunk, send_together(ts, model, settings, chunk)):
                 mixed = any(not c.valid for c in group)
                 for case, outcome in zip(group, answers):
-                    by_case.setdefault(case, []).append(outcome)
+                    by_case.setdefault((model, case), []).append(outcome)
                     if case.valid and mixed:
                         mates.append(outcome)
-    frontend = [c for c in corpus if c.layer == FRONTEND]
-    say(f"corpus: {len(frontend)} requests the frontend itself must refuse")
-    for case in frontend:
-        by_case[case] = [send(ts, case)]
+        limit = getattr(settings.family_settings, "max_body_bytes", None)
+        for case in server_cases(settings.family, max_request, limit):
+            by_case[(model, case)] = [send(ts, model, case, settings)]
+    for model, case in nowhere_cases():
+        by_case[(model, case)] = [send(ts, model, case)]
     # One outcome per case: its first wrong answer if any.
-    outcomes = tuple(next((o for o in by_case[c] if not o.correct), by_case[c][0]) for c in corpus)
-    restarted = tuple(f"{m}: {pids[m]} -> {ts.worker_pids(m)}" for m in MODELS if ts.worker_pids(m) != pids[m])
+    outcomes = tuple(next((o for o in answers if not o.correct), answers[0]) for answers in by_case.values())
+    restarted = tuple(f"{m}: {pids[m]} -> {ts.worker_pids(m)}" for m in served if ts.worker_pids(m) != pids[m])
     every = [o for answers in by_case.values() for o in answers]
     errors: dict = {}
     for o in every:
@@ -190,8 +223,15 @@ def run_corpus(ts: TorchServe, per_group: int = 2, groups_at_once: int = 2) -> C
             errors[str(o.status)] = errors.get(str(o.status), 0) + 1
     traffic = Traffic(len(every), sum(1 for o in every if o.status), sum(1 for o in every if o.status == 200),
                       MappingProxyType(dict(sorted(errors.items()))))
-    return CorpusResult(outcomes, tuple(mates), formed_batches(ts) - batches_before, restarted,
+    return CorpusResult(outcomes, tuple(mates), formed_batches(ts, list(served)) - batches_before, restarted,
                         log_problems(ts, log_marks), traffic)
+
+
+def nowhere_cases() -> List[Tuple[str, Case]]:
+    """Requests for models that do not exist: the frontend's 404, whatever is served."""
+    return [("no_such_model", Case("unknown model", "-", b"hello", "text/plain", False, 404, "", FRONTEND)),
+            ("..%2f..%2fetc%2fpasswd", Case("model name with path traversal", "-", b"hello", "text/plain", False,
+                                            None, "", FRONTEND))]
 
 
 def log_problems(ts: TorchServe, since: dict) -> Tuple[str, ...]:
@@ -209,7 +249,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-store", default=str(MODEL_STORE))
     args = parser.parse_args(argv)
-    with TorchServe(args.model_store, wait_for=MODELS) as ts:
+    with TorchServe(args.model_store) as ts:
         result = run_corpus(ts)
     print(result.summary())
     for problem in result.problems:

@@ -28,10 +28,18 @@ from typing import Optional, Sequence, Tuple
 
 import yaml
 
-from benchmarks.load.traffic import ClosedLoop, Traffic, others_meter, payloads, say, target
+from benchmarks.load.traffic import (
+    ClosedLoop,
+    Traffic,
+    others_meter,
+    payloads,
+    say,
+    target,
+)
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import MODEL_STORE
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
+from build.catalogue import Catalogue
 
 RECOVERY_LIMIT_S = 180.0
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT")
@@ -202,7 +210,7 @@ class BrokenArchivesResult:
                 f"{self.traffic.describe()}")
 
 
-def broken_archives(model_store: Path, healthy_model: str = "minilm") -> BrokenArchivesResult:
+def broken_archives(model_store: Path, healthy_model: str) -> BrokenArchivesResult:
     """A server with the model API on (this fault test only) and one healthy model; each broken
     archive is registered while the healthy model is under a light load."""
     with tempfile.TemporaryDirectory(prefix="broken-store-") as tmp:
@@ -245,12 +253,13 @@ def _register(ts: TorchServe, archive: BrokenArchive) -> LoadFailure:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-store", default=str(MODEL_STORE))
-    parser.add_argument("--model", default="efficientnet_lite0", help="whose worker to kill")
+    parser.add_argument("--model", default=None, help="a catalogue model (default: the catalogue's first)")
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args(argv)
-    with TorchServe(args.model_store, load=(args.model,)) as ts:
-        killed = kill_worker_under_load(ts, args.model, args.concurrency)
-    archives = broken_archives(Path(args.model_store))
+    model = args.model or Catalogue.load(CATALOGUE).names[0]
+    with TorchServe(args.model_store, load=(model,)) as ts:
+        killed = kill_worker_under_load(ts, model, args.concurrency)
+    archives = broken_archives(Path(args.model_store), model)
     for result in (killed, archives):
         print(result.summary())
         for problem in result.problems:

@@ -30,8 +30,9 @@ from benchmarks.load.traffic import (
     target,
 )
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import MODEL_STORE
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
 from benchmarks.serving.resources import FRONTEND, WORKERS
+from build.catalogue import Catalogue
 
 # Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the
 # overload at most this much above the RSS just before it, per process group.
@@ -152,14 +153,15 @@ def health_after(ts: TorchServe, model: str, pids: Tuple[int, ...], count: int, 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-store", default=str(MODEL_STORE))
-    parser.add_argument("--model", default="efficientnet_lite0")
+    parser.add_argument("--model", default=None, help="a catalogue model (default: the catalogue's first)")
     parser.add_argument("--factor", type=float, default=3.0, help="offered load / measured capacity")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--job-queue-size", type=int, default=16)
     args = parser.parse_args(argv)
-    with TorchServe(args.model_store, load=(args.model,),
+    model = args.model or Catalogue.load(CATALOGUE).names[0]
+    with TorchServe(args.model_store, load=(model,),
                     extra_properties={"job_queue_size": str(args.job_queue_size)}) as ts:
-        result = overload(ts, args.model, capacity(ts, args.model), args.factor, args.seconds)
+        result = overload(ts, model, capacity(ts, model), args.factor, args.seconds)
     print(result.summary())
     for problem in result.problems:
         print(f"  FAIL {problem}")

@@ -23,9 +23,11 @@ import psutil
 import requests
 
 from benchmarks.load.traffic import payloads, say
+from benchmarks.reliability.corpus.case import IMAGE
 from benchmarks.serving import properties
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
+from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
+from build.catalogue import Catalogue
 
 ADDRESS_KEYS = ("inference_address", "management_address", "metrics_address")
 REFUSED = (400, 401, 403)  # TorchServe 0.12 answers a missing or wrong key with 400 InvalidKeyException
@@ -99,23 +101,24 @@ def model_api_checks(ts: TorchServe, model: str, config_path: Path = DEFAULT_CON
     ]
 
 
-def limit_checks(ts: TorchServe, image_model: str = "efficientnet_lite0") -> List[Check]:
-    """A body over max_request_size gets 413; an image over the pixel limit gets a 400."""
+def limit_checks(ts: TorchServe, model: str) -> List[Check]:
+    """A body over max_request_size gets 413; an image over an image model's pixel limit gets a 400."""
+    from benchmarks.reliability.badinput import served_models
     from benchmarks.reliability.corpus.imagebytes import declared_png
-    from handlers.settings import ImageSettings
 
     limit = int(ts.config.get("max_request_size", "6553500") or 6553500)
     try:
-        too_big = ts.predict(image_model, b"\0" * (limit + 1), "image/jpeg", timeout_s=60).status_code
+        too_big = ts.predict(model, b"\0" * (limit + 1), "image/jpeg", timeout_s=60).status_code
     except requests.RequestException as exc:  # the frontend may close the connection mid-upload
         too_big = f"no answer ({type(exc).__name__})"
-    pixels = ImageSettings().max_image_pixels
-    bomb = ts.predict(image_model, declared_png(8000, pixels // 8000 + 1), "image/png", timeout_s=60)
-    return [
-        Check("max_request_size is enforced", too_big == 413, f"{limit + 1} bytes -> {too_big}"),
-        Check("the image pixel limit is enforced", bomb.status_code == 400 and "pixel" in bomb.text,
-              f"PNG declaring 8000x{pixels // 8000 + 1} (> {pixels} px) -> {bomb.status_code}"),
-    ]
+    checks = [Check("max_request_size is enforced", too_big == 413, f"{limit + 1} bytes -> {too_big}")]
+    images = {m: s.family_settings for m, s in served_models(ts).items() if s.family == IMAGE}
+    for name, settings in images.items():
+        pixels = settings.max_image_pixels
+        bomb = ts.predict(name, declared_png(8000, pixels // 8000 + 1), "image/png", timeout_s=60)
+        checks.append(Check(f"the image pixel limit is enforced ({name})", bomb.status_code == 400 and "pixel" in bomb.text,
+                            f"PNG declaring 8000x{pixels // 8000 + 1} (> {pixels} px) -> {bomb.status_code}"))
+    return checks
 
 
 def torch_load_calls(root: Path = REPO_ROOT, dirs: Sequence[str] = SOURCE_DIRS) -> List[str]:
@@ -175,15 +178,21 @@ def payload_outcome(load: Callable[[Path], object], payload: Path, marker: Path)
 
 
 def handler_loader(graph: str) -> Callable[[Path], object]:
-    """The image handler's own weight loading ('eager': torch.load; 'torchscript': torch.jit.load)."""
+    """The handler's own weight loading ('eager': torch.load; 'torchscript': torch.jit.load)."""
     import torch
 
-    from handlers.image_classifier import ImageClassifier
-    from handlers.settings import HandlerSettings, ImageSettings, RuntimeSettings
+    from handlers.families.tensor import TensorModel, TensorSettings
+    from handlers.handler import Handler
+    from handlers.settings import HandlerSettings, RuntimeSettings
+    from handlers.sources import ModuleSource
 
     def load(path: Path) -> object:
-        handler = ImageClassifier()
-        handler.settings = HandlerSettings(path.name, ImageSettings(), RuntimeSettings(graph=graph, warmup=False))
+        handler = Handler()
+        source = None if graph == "torchscript" else ModuleSource("torch.nn", "Linear", {"in_features": 1,
+                                                                                         "out_features": 1})
+        handler.settings = HandlerSettings("tensor", path.name, TensorSettings(shape=(1,)), source,
+                                           RuntimeSettings(graph=graph, warmup=False))
+        handler.family = TensorModel(handler.settings.family_settings, path.parent)
         handler.device = torch.device("cpu")
         return handler.load_model(path.parent)
 
@@ -221,19 +230,20 @@ def secrets_checks(ts: TorchServe, extra: Iterable[Path] = ()) -> List[Check]:
                   f"{len(places)} files scanned" + (f"; leaked in {leaks}" if leaks else ""))]
 
 
-def server_checks(ts: TorchServe, text_model: str = "minilm", image_model: str = "efficientnet_lite0") -> List[Check]:
+def server_checks(ts: TorchServe, model: str) -> List[Check]:
+    """Every server-side check, through `model` (any served one with catalogue examples)."""
     say("security: tokens, loopback, model API, limits")
-    return (token_checks(ts, text_model) + loopback_checks(ts) + model_api_checks(ts, text_model)
-            + limit_checks(ts, image_model))
+    return token_checks(ts, model) + loopback_checks(ts) + model_api_checks(ts, model) + limit_checks(ts, model)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-store", default=str(MODEL_STORE))
+    parser.add_argument("--model", default=None, help="the model the requests go to (default: the catalogue's first)")
     args = parser.parse_args(argv)
     checks = weights_checks()
     with TorchServe(args.model_store) as ts:
-        checks += server_checks(ts) + secrets_checks(ts)
+        checks += server_checks(ts, args.model or Catalogue.load(CATALOGUE).names[0]) + secrets_checks(ts)
     for check in checks:
         print(check.line())
     return 0 if all(c.passed for c in checks) else 1

@@ -28,11 +28,21 @@ from types import MappingProxyType
 from typing import Mapping, Optional, Sequence, Tuple
 
 from benchmarks.load import loadgen, stats
-from benchmarks.load.traffic import Traffic, capacity, fixed_windows, others_meter, payloads, rss_probe, say, target
+from benchmarks.load.traffic import (
+    Traffic,
+    capacity,
+    fixed_windows,
+    others_meter,
+    payloads,
+    rss_probe,
+    say,
+    target,
+)
 from benchmarks.serving import properties
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPORTS
+from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS
 from benchmarks.serving.resources import FRONTEND, WORKERS
+from build.catalogue import Catalogue
 
 GROWTH_LIMIT_PCT = 5.0
 SOAK_JVM = ("-Xms512m", "-XX:+AlwaysPreTouch")
@@ -187,16 +197,17 @@ def write_report(result: SoakResult, out_dir: Path) -> Path:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--model", default="efficientnet_lite0")
+    parser.add_argument("--model", default=None, help="a catalogue model (default: the catalogue's first)")
     parser.add_argument("--fraction", type=float, default=0.7, help="offered load / measured capacity")
     parser.add_argument("--window-s", type=float, default=None, help="default 10 (5 under 5 minutes)")
     parser.add_argument("--warmup-s", type=float, default=None, help="default 60 (20 under 5 minutes)")
     parser.add_argument("--model-store", default=str(MODEL_STORE))
     parser.add_argument("--out", type=Path, default=None, help="report folder (default benchmarks/reports/soak-<time>)")
     args = parser.parse_args(argv)
+    model = args.model or Catalogue.load(CATALOGUE).names[0]
     out = args.out or REPORTS / time.strftime("soak-%Y%m%d-%H%M%S")
     with TorchServe(args.model_store, extra_properties=soak_vmargs()) as ts:
-        result = soak(ts, args.model, args.minutes, capacity(ts, args.model), args.fraction, args.window_s,
+        result = soak(ts, model, args.minutes, capacity(ts, model), args.fraction, args.window_s,
                       args.warmup_s)
     write_report(result, out)
     print(result.summary())

@@ -48,14 +48,15 @@ def inprocess_fit(plan: FitPlan, progress: Progress) -> Dict:
     With plan.wait_quiet_s, a measurement during which other processes took more than half a core is
     repeated once the machine is quiet again (waiting is not counted in "seconds")."""
     from benchmarks.bench.bare_context import FakeContext
-    from benchmarks.bench.inprocess import extracted_archive, handler_class, measure
-    from benchmarks.load.inputs import requests_for
+    from benchmarks.bench.inprocess import extracted_archive, measure
+    from benchmarks.load.inputs import worker_requests
+    from handlers.handler import Handler
 
     began = time.perf_counter()
     sizes = [b for b in FIT_BATCH_SIZES if b <= plan.max_batch_size] or [1]
     if plan.max_batch_size not in sizes and plan.max_batch_size > sizes[-1]:
         sizes.append(plan.max_batch_size)
-    requests = requests_for(plan.model)
+    requests = worker_requests(plan.model)
     points = []
     me = resources.ProcessGroups({"fit": [os.getpid()]})
     with tempfile.TemporaryDirectory(prefix="tune-fit-") as tmp:
@@ -63,7 +64,7 @@ def inprocess_fit(plan: FitPlan, progress: Progress) -> Dict:
         for count in plan.thread_counts:
             context = FakeContext(model_dir, plan.model, batch_size=max(sizes),
                                   handler_overrides={"runtime": {"threads": count, "warmup": False}})
-            handler = handler_class(plan.model)()
+            handler = Handler()
             handler.initialize(context)
             for size in sizes:
                 # Two intra-op threads collapse when anything else wants a core for a moment.

@@ -13,6 +13,7 @@ from benchmarks.bench.bare_context import FakeContext, extract
 from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
 from build.archive import build_entry
 from build.catalogue import Catalogue
+from handlers.handler import Handler
 
 
 @pytest.fixture(scope="session")
@@ -36,9 +37,11 @@ def eager_archive_dirs(tmp_path_factory):
     return {name: extracted_archive(name, "state_dict", into) for name in ("efficientnet_lite0", "minilm")}
 
 
-def make_handler(handler_cls, model_dir: Path, name: str, batch_size: int = 4, **overrides):
+def make_handler(model_dir: Path, name: str, batch_size: int = 4, **overrides):
+    """The handler TorchServe would run for this extracted archive, initialised in-process;
+    `overrides`: handler-section settings changed on top of the archive's (runtime=..., <family>=...)."""
     context = FakeContext(model_dir, name, batch_size=batch_size, handler_overrides=overrides)
-    handler = handler_cls()
+    handler = Handler()
     handler.initialize(context)
     return handler, context
 

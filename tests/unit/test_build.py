@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from benchmarks.load.inputs import CAT_LABELS
+from tests.references import CAT_LABELS
 from benchmarks.serving.repo import CATALOGUE
 from build.__main__ import main as build_main
 from build.archive import archived_frontend_keys
@@ -45,9 +45,13 @@ def test_archive_layout_and_incremental(tmp_path, capsys):
     with zipfile.ZipFile(store / "img.mar") as mar:
         names = set(mar.namelist())
         config = yaml.safe_load(mar.read("model-config.yaml"))
-        assert {"handlers/base.py", "handlers/runtime.py", "image_classifier.py", "labels.json", "model.pt"} <= names
+        assert {"handlers/handler.py", "handlers/families/image_classifier.py", "handler.py", "labels.json",
+                "model.pt"} <= names
         mar.extract("model.pt", tmp_path)
     assert set(config) == {"handler"} and config["handler"]["weights"] == "model.pt"
+    assert config["handler"]["family"] == "image_classifier"
+    assert config["handler"]["source"] == {"module": "efficientnet_lite_pytorch", "attribute": "EfficientNet.from_name",
+                                           "args": {"model_name": "efficientnet-lite0"}}
     assert archived_frontend_keys(store / "img.mar") == []
     state = torch.load(tmp_path / "model.pt", weights_only=True)
     assert "_fc.weight" in state
@@ -59,15 +63,35 @@ def test_archive_layout_and_incremental(tmp_path, capsys):
     assert code == 0 and "built" in out
 
 
+def with_model(**changes):
+    return with_changes(model={**IMAGE["model"], **changes})
+
+
+def with_family_settings(**changes):
+    settings = dict(IMAGE["settings"])
+    settings["image_classifier"] = {**settings["image_classifier"], **changes}
+    return with_changes(settings=settings)
+
+
 @pytest.mark.parametrize(
     "broken, words",
     [
         (with_changes(colour="blue"), "unknown key 'colour'"),
-        (with_changes(weights={"path": "no/such/weights.pt"}), "file not found"),
-        (with_changes(handler="handlers/not_a_module.py"), "does not import"),
+        (with_model(weights={"path": "no/such/weights.pt"}), "file not found"),
+        (with_model(module="not_a_module"), "does not import"),
+        (with_model(**{"class": "EfficientNet.from_nowhere"}), "has no 'EfficientNet.from_nowhere'"),
+        (with_model(args={"model_name": "efficientnet-lite0", "colour": 1}), "raised ValueError: Got unexpected field names"),
         (with_changes(settings={"batchSize": 8}), "'batchSize' does not belong"),
         (with_changes(settings={"runtime": {"precison": "bf16"}}), "unknown key 'precison'"),
-        (with_changes(weights={**IMAGE["weights"], "key_prefix": "net."}), "do not fit the architecture"),
+        (with_model(weights={**IMAGE["model"]["weights"], "key_prefix": "net."}), "do not fit the architecture"),
+        (with_family_settings(resize_size=0), "resize_size: must be >= image_size"),
+        (with_family_settings(top_k=0), "top_k: must be >= 1"),
+        (with_family_settings(channels=1), "fails on its family's input"),
+        (with_changes(serialisation="torchscript", settings={"runtime": {"graph": "compile"}}),
+         "'compile' cannot run a TorchScript archive"),
+        (with_changes(family="sculpture"), "family 'sculpture' is not one of"),
+        (with_changes(settings={"text_embedder": {}}), "unknown key 'text_embedder'"),
+        (with_changes(examples=[{"text": "not an image"}]), "refused by the model"),
     ],
 )
 def test_broken_entry_named_and_others_still_built(tmp_path, capsys, broken, words):
@@ -84,7 +108,7 @@ def test_failed_rebuild_keeps_previous_archive(tmp_path, capsys):
     catalogue = write_catalogue(tmp_path, img=IMAGE)
     assert run_build(catalogue, store, capsys)[0] == 0
     before = (store / "img.mar").read_bytes()
-    write_catalogue(tmp_path, img=with_changes(weights={**IMAGE["weights"], "key_prefix": "x."}))
+    write_catalogue(tmp_path, img=with_model(weights={**IMAGE["model"]["weights"], "key_prefix": "x."}))
     code, out = run_build(catalogue, store, capsys)
     assert code == 1 and (store / "img.mar").read_bytes() == before
     assert not [p for p in store.iterdir() if p.name.startswith("build-")], "stage folder left behind"
@@ -97,15 +121,13 @@ def test_unknown_model_name_is_refused(tmp_path, capsys):
 
 def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
     from benchmarks.bench.bare_context import extract
-    from handlers.image_classifier import ImageClassifier
-
     from .conftest import make_handler
 
     entry = with_changes(serialisation="torchscript", settings={**IMAGE["settings"], "runtime": {"precision": "fp32"}})
     store = tmp_path / "store"
     assert run_build(write_catalogue(tmp_path, ts=entry), store, capsys)[0] == 0
     model_dir = extract(store / "ts.mar", tmp_path / "ts")
-    handler, context = make_handler(ImageClassifier, model_dir, "ts")
+    handler, context = make_handler(model_dir, "ts")
     assert handler.settings.runtime.graph == "torchscript"
     cat, coffee = handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context)
     assert max(coffee, key=coffee.get) == "espresso"

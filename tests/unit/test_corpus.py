@@ -5,38 +5,36 @@ own decoding of text and JSON bodies is reproduced by `worker_input`, and form b
 frontend splits into fields) are left to the e2e run.
 """
 
+import json
 import logging
 import random
 from collections import Counter
 
 import pytest
 
-from benchmarks.reliability.corpus import HANDLER, IMAGE_MODEL, TEXT_MODEL, cases, handler_cases, worker_input
-from handlers.image_classifier import ImageClassifier
-from handlers.text_embedder import TextEmbedder
+import requests
+
+from benchmarks.reliability.badinput import nowhere_cases, well_formed
+from benchmarks.reliability.corpus import HANDLER, IMAGE, TEXT, family_cases, server_cases
+from build.examples import worker_input
 
 from .conftest import make_handler
 
 pytestmark = pytest.mark.unit
 
 BATCH = 6
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return [c for c in handler_cases() if not c.form_encoded]
+# A shipped model of each family the corpus covers by hand (tensor cases: tests/unit/test_tensor_family.py).
+MODELS = {IMAGE: "efficientnet_lite0", TEXT: "minilm"}
 
 
 @pytest.fixture(scope="module")
 def handlers(archive_dirs):
-    return {
-        IMAGE_MODEL: make_handler(ImageClassifier, archive_dirs[IMAGE_MODEL], IMAGE_MODEL, batch_size=BATCH),
-        TEXT_MODEL: make_handler(TextEmbedder, archive_dirs[TEXT_MODEL], TEXT_MODEL, batch_size=BATCH),
-    }
+    return {family: make_handler(archive_dirs[model], model, batch_size=BATCH) for family, model in MODELS.items()}
 
 
 def test_corpus_size_and_coverage():
-    everything = cases()
+    everything = family_cases(IMAGE) + family_cases(TEXT) + server_cases(IMAGE, 1000, 500) + [
+        case for _, case in nowhere_cases()]
     assert len(everything) >= 150
     sources = Counter(c.source for c in everything)
     assert sources["hand"] >= 100 and sources["generated"] >= 100, sources
@@ -48,10 +46,10 @@ def test_corpus_size_and_coverage():
         assert kind in names, f"no {kind!r} case in the corpus"
 
 
-def answer_ok(model, answer) -> bool:
-    if model == IMAGE_MODEL:
-        return isinstance(answer, dict) and len(answer) == 5 and all(0 <= p <= 1 for p in answer.values())
-    return isinstance(answer, dict) and len(answer.get("embedding", ())) == 384
+def answer_ok(settings, answer) -> bool:
+    response = requests.Response()
+    response._content, response.status_code = json.dumps(answer).encode(), 200
+    return well_formed(settings, response)
 
 
 def run_batch(handler, context, batch):
@@ -62,19 +60,19 @@ def run_batch(handler, context, batch):
     for i, (case, answer) in enumerate(zip(batch, answers)):
         status, _ = context.statuses.get(i, (200, ""))
         message = answer.get("message", "") if status != 200 and isinstance(answer, dict) else ""
-        if not case.outcome_ok(status, message) or (case.valid and not answer_ok(case.model, answer)):
+        if not case.outcome_ok(status, message) or (case.valid and not answer_ok(handler.settings, answer)):
             failures.append(f"{case!r} -> {status} {message[:120]}")
         if not case.valid:
             assert answer["code"] == status and answer["type"] and answer["message"], case
     return failures
 
 
-@pytest.mark.parametrize("model", [IMAGE_MODEL, TEXT_MODEL])
-def test_every_case_in_mixed_batches(handlers, corpus, model, caplog):
+@pytest.mark.parametrize("family", [IMAGE, TEXT])
+def test_every_case_in_mixed_batches(handlers, family, caplog):
     """Each case gets its outcome, shuffled into batches: an invalid request never costs its valid
     batch-mates their answer."""
-    handler, context = handlers[model]
-    mine = [c for c in corpus if c.model == model and c.layer == HANDLER]
+    handler, context = handlers[family]
+    mine = [c for c in family_cases(family) if c.layer == HANDLER and not c.form_encoded]
     valid = [c for c in mine if c.valid]
     random.Random(7).shuffle(mine)
     failures, mixed = [], 0

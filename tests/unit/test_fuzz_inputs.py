@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from benchmarks.reliability.corpus.case import worker_input
 from benchmarks.reliability.corpus.imagebytes import encode, photo
-from handlers.base import request_body, status_phrase
+from build.examples import worker_input
 from handlers.errors import HandlerError
-from handlers.image_decode import decode_image
-from handlers.settings import ImageSettings, TextSettings
-from handlers.text_embedder import _VISIBLE, text_from_body
+from handlers.families.image_classifier import ImageSettings
+from handlers.families.image_decode import decode_image
+from handlers.families.text_embedder import _VISIBLE, TextSettings, text_from_body
+from handlers.handler import request_body, status_phrase
 
 pytestmark = pytest.mark.unit
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.load.inputs import CAT_LABELS, photo_bytes, photo_jpegs
-from handlers.image_classifier import ImageClassifier, load_labels
-from tests.references import image_probabilities
+from benchmarks.load.inputs import photo_bytes, requests
+from handlers.families.labels import load_labels
+from tests.references import CAT_LABELS, image_probabilities
 
 from .conftest import encode, make_handler, png_of
 
@@ -18,14 +18,14 @@ pytestmark = pytest.mark.unit
 @pytest.fixture(scope="module")
 def served(archive_dirs):
     """The shipped settings (TorchScript traced under the catalogue's precision, channels_last)."""
-    return make_handler(ImageClassifier, archive_dirs["efficientnet_lite0"], "efficientnet_lite0")
+    return make_handler(archive_dirs["efficientnet_lite0"], "efficientnet_lite0")
 
 
 @pytest.fixture(scope="module")
 def eager_fp32(eager_archive_dirs):
     """The state-dict export in fp32 eager, no draft decoding."""
-    return make_handler(ImageClassifier, eager_archive_dirs["efficientnet_lite0"], "efficientnet_lite0",
-                        runtime={"precision": "fp32", "channels_last": False}, model={"draft_decode": False})
+    return make_handler(eager_archive_dirs["efficientnet_lite0"], "efficientnet_lite0",
+                        runtime={"precision": "fp32", "channels_last": False}, image_classifier={"draft_decode": False})
 
 
 def top1(answer: dict) -> str:
@@ -67,7 +67,7 @@ def test_top1_agrees_with_the_independent_reference(request, fixture):
     0.12) reduced precision and draft decoding may swap them, so the served top-1 must be one of the two.
     """
     handler, context = request.getfixturevalue(fixture)
-    photos = {**photo_bytes(), **photo_jpegs()}
+    photos = {**photo_bytes(), **{f"example {i}": r.body for i, r in enumerate(requests("efficientnet_lite0"))}}
     ours = handler.handle([{"body": b} for b in photos.values()], context)
     decided = 0
     for name, mine, ref in zip(photos, ours, image_probabilities(list(photos.values()))):

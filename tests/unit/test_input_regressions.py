@@ -3,8 +3,7 @@
 import pytest
 
 from handlers.errors import BadInput, PayloadTooLarge
-from handlers.settings import TextSettings
-from handlers.text_embedder import TextEmbedder, text_from_body
+from handlers.families.text_embedder import TextSettings, text_from_body
 
 from .conftest import make_handler
 
@@ -15,7 +14,7 @@ SETTINGS = TextSettings()
 
 @pytest.fixture(scope="module")
 def served(archive_dirs):
-    return make_handler(TextEmbedder, archive_dirs["minilm"], "minilm")
+    return make_handler(archive_dirs["minilm"], "minilm")
 
 
 def test_lone_surrogate_fails_alone_not_its_batch(served):

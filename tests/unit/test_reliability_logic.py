@@ -7,7 +7,7 @@ import pytest
 from benchmarks.load.stats import NO_RESPONSE, Sample
 from benchmarks.load.traffic import Traffic
 from benchmarks.reliability.badinput import mixed_groups
-from benchmarks.reliability.corpus import IMAGE_MODEL, handler_cases
+from benchmarks.reliability.corpus import IMAGE, family_cases
 from benchmarks.reliability.faults import KillResult
 from benchmarks.reliability.findings import Findings, table
 from benchmarks.reliability.overload import OverloadResult, p99_bound_ms
@@ -97,10 +97,10 @@ def test_recovery_waits_for_the_replacement_not_a_sibling(workers, recovered):
 
 
 def test_corpus_groups_mix_invalid_and_valid_and_cover_every_case():
-    corpus = handler_cases()
-    groups = mixed_groups(corpus, IMAGE_MODEL, 2)
+    corpus = family_cases(IMAGE)
+    groups = mixed_groups(corpus, 2)
     sent = {c for g in groups for c in g}
-    assert sent == {c for c in corpus if c.model == IMAGE_MODEL}
+    assert sent == set(corpus)
     assert all(any(c.valid for c in g) for g in groups)
     assert sum(any(not c.valid for c in g) for g in groups) >= len(groups) - 1
 

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from handlers import runtime
-from handlers.encoders import mean_pool
-from handlers.text_embedder import TextEmbedder
+from handlers.families.pooling import mean_pool
 from tests.references import text_embeddings
 
 from .conftest import make_handler
@@ -28,12 +27,12 @@ def reference():
 
 @pytest.fixture(scope="module")
 def served(archive_dirs):
-    return make_handler(TextEmbedder, archive_dirs["minilm"], "minilm")
+    return make_handler(archive_dirs["minilm"], "minilm")
 
 
 @pytest.fixture(scope="module")
 def fp32(eager_archive_dirs):
-    return make_handler(TextEmbedder, eager_archive_dirs["minilm"], "minilm", runtime={"precision": "fp32"})
+    return make_handler(eager_archive_dirs["minilm"], "minilm", runtime={"precision": "fp32"})
 
 
 def embed(handler, context, texts):
@@ -70,8 +69,8 @@ def test_mean_pool_arithmetic():
 
 def test_normalize_setting_is_honoured(fp32, eager_archive_dirs):
     """model.normalize: false gives the raw mean-pooled vectors (same direction, not unit length)."""
-    raw, context = make_handler(TextEmbedder, eager_archive_dirs["minilm"], "minilm",
-                                runtime={"precision": "fp32"}, model={"normalize": False})
+    raw, context = make_handler(eager_archive_dirs["minilm"], "minilm",
+                                runtime={"precision": "fp32"}, text_embedder={"normalize": False})
     unit, vectors = embed(*fp32, SENTENCES[:2]), embed(raw, context, SENTENCES[:2])
     norms = np.linalg.norm(vectors, axis=1)
     assert (abs(norms - 1.0) > 0.1).all()
@@ -88,9 +87,9 @@ def test_single_requests_match_batched(served, reference):
 
 def test_dynamic_padding_to_bucket(served):
     handler, _ = served
-    ids, mask = handler.collate(["short", "a somewhat longer sentence with a few more words in it"])
+    ids, mask = handler.family.collate(["short", "a somewhat longer sentence with a few more words in it"])
     assert ids.shape[1] == 16 and mask[0].sum() < mask[1].sum()
-    long_ids, _ = handler.collate(["word " * 1000])
+    long_ids, _ = handler.family.collate(["word " * 1000])
     assert long_ids.shape[1] == 256  # truncated to the model's limit, not rejected
 
 

@@ -1,73 +1,117 @@
 """Package the stock baseline of a catalogue model with torch-model-archiver's Python API.
 
-Same weights and labels/tokenizer files as the catalogue entry, but the raw files (state dict,
-safetensors), the naive handlers of this folder and no model-config.yaml: TorchServe's defaults.
+The stock way TorchServe's docs show, for the families that have one: an image classifier whose
+source is a Python class gets BaseHandler's eager path (a model file whose class takes no
+arguments, written here around the entry's class and args, and the state dict); a text embedder
+from a Hugging Face folder gets AutoModel/AutoTokenizer on the folder's own files. No
+model-config.yaml: TorchServe's defaults. Other models have no stock baseline (NoBaseline says why).
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Dict, Optional
+
+import torch
 
 from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.repo import REPO_ROOT
+from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
+from build.catalogue import Catalogue, ModelEntry
+from build.export import served_settings
+from build.sources import HuggingFaceFolder, PythonSource
 
 HERE = Path(__file__).resolve().parent
-# The catalogue's handler -> the naive handler (and model file) standing in for it.
-NAIVE = {
-    "handlers/image_classifier.py": ("image_handler.py", "image_model.py"),
-    "handlers/text_embedder.py": ("text_handler.py", None),
-}
-# Files AutoTokenizer/AutoModel read, found next to the text model's weights.
+# Files AutoTokenizer/AutoModel read from a Hugging Face folder.
 TEXT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+MODEL_FILE = '''"""Model file of the stock baseline (torch-model-archiver --model-file), written by
+benchmarks/bench/baseline/archive.py: BaseHandler instantiates the only class with no arguments."""
+
+import torch
+
+from {module} import {top}
+
+
+class StockModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = {call}(**{args!r})
+
+    def forward(self, x):
+        return self.model(x)
+'''
+
+
+class NoBaseline(BenchmarkError):
+    """The model's family or source has no stock TorchServe equivalent to compare with."""
 
 
 @dataclass(frozen=True)
-class BaselineSpec:
-    name: str
+class Staged:
     handler: Path
     model_file: Optional[Path]
     serialized: Path
-    extra_files: Tuple[Tuple[Path, str], ...]  # (source, name inside the archive)
 
 
-def baseline_spec(model: str, root: Path = REPO_ROOT) -> BaselineSpec:
-    from build.catalogue import Catalogue
+def _stage_image(entry: ModelEntry, root: Path, stage: Path, content: Path) -> Staged:
+    source = entry.model
+    top = source.attribute.split(".")[0]
+    model_file = stage / "stock_model.py"
+    model_file.write_text(MODEL_FILE.format(module=source.module_name, top=top, call=source.attribute,
+                                            args=dict(source.args)))
+    state = source.weights.state_dict(root, f"model {entry.name!r} weights")
+    serialized = stage / "model.pt"
+    torch.save({f"model.{key}": value for key, value in state.items()}, serialized)
+    settings = served_settings(entry).family_settings
+    (content / "baseline.json").write_text(json.dumps({
+        "resize": settings.resize_size, "crop": settings.image_size, "mean": list(settings.mean),
+        "std": list(settings.std), "grey": settings.channels == 1, "top_k": settings.top_k}))
+    if settings.labels:
+        extras = {e.name: e for e in entry.extra_files}
+        labels = extras[settings.labels].source.resolve(root, f"model {entry.name!r} labels")
+        (content / "index_to_name.json").write_bytes(labels.read_bytes())
+    source.stage(root, content)
+    return Staged(HERE / "image_handler.py", model_file, serialized)
 
-    entry = Catalogue.load(root / "catalogue.yaml").entry(model)
-    if entry.handler not in NAIVE:
-        raise BenchmarkError(f"no stock baseline for {model!r} (handler {entry.handler})")
-    handler, model_file = NAIVE[entry.handler]
-    weights = entry.weights.source.resolve(root, f"model {model!r} weights")
-    extras = {e.name: e.source.resolve(root, f"model {model!r} extra file {e.name!r}") for e in entry.extra_files}
-    if model_file is not None:
-        labels = extras.get(entry.settings.get("model", {}).get("labels", "labels.json"))
-        files = ((labels, "index_to_name.json"),) if labels else ()
-    else:
-        files = tuple((weights.parent / n, n) for n in TEXT_FILES if (weights.parent / n).is_file())
-    return BaselineSpec(model, HERE / handler, HERE / model_file if model_file else None, weights, files)
+
+def _stage_text(entry: ModelEntry, root: Path, content: Path) -> Staged:
+    folder = entry.model.folder(root)
+    for name in TEXT_FILES:
+        if (folder / name).is_file():
+            (content / name).write_bytes((folder / name).read_bytes())
+    weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    if not weights:
+        raise NoBaseline(f"{entry.name}: no weights file in {folder}")
+    return Staged(HERE / "text_handler.py", None, weights[0])
 
 
-def build_baseline(model: str, store: Path, root: Path = REPO_ROOT) -> Path:
-    """Write <store>/<model>.mar (the stock baseline) and return its path."""
+def build_baseline(model: str, store: Path, root: Path = REPO_ROOT, catalogue: Path = CATALOGUE) -> Path:
+    """Write <store>/<model>.mar (the stock baseline) and return its path; NoBaseline if none exists."""
     from model_archiver.model_archiver_config import ModelArchiverConfig
 
     from build.archive import generate_archive, stage_files
 
-    spec = baseline_spec(model, root)
+    entry = Catalogue.load(catalogue).entry(model)
+    kinds: Dict[str, type] = {"image_classifier": PythonSource, "text_embedder": HuggingFaceFolder}
+    if not isinstance(entry.model, kinds.get(entry.family, ())):
+        raise NoBaseline(f"no stock baseline for a {entry.family} model from a {type(entry.model).__name__}: "
+                         "TorchServe's stock handlers cover image classifiers from a model class and text "
+                         "embedders from a Hugging Face folder")
     store.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"baseline-{model}-", dir=store) as tmp:
         stage = Path(tmp)
         # The handlers package rides along for its shared helpers (mean pooling), not its optimisations.
-        content = stage_files(root, stage, {name: source for source, name in spec.extra_files})
+        content = stage_files(root, stage, {})
+        staged = (_stage_image(entry, root, stage, content) if entry.family == "image_classifier"
+                  else _stage_text(entry, root, content))
         config = ModelArchiverConfig(
             model_name=model,
-            handler=str(spec.handler),
-            model_file=str(spec.model_file) if spec.model_file else None,
+            handler=str(staged.handler),
+            model_file=str(staged.model_file) if staged.model_file else None,
             version="1.0",
-            serialized_file=str(spec.serialized),
+            serialized_file=str(staged.serialized),
             extra_files=str(content),
             export_path=str(store),
             force=True,

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 from ts.torch_handler.base_handler import BaseHandler
 
-from handlers.encoders import mean_pool
+from handlers.families.pooling import mean_pool
 
 logger = logging.getLogger(__name__)
 

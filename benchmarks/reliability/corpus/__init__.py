@@ -1,8 +1,11 @@
 """The bad-input corpus: malformed and edge-case requests, each with the outcome it must get.
 
-    from benchmarks.reliability.corpus import cases
-    for case in cases():            # built on call, nothing at import
-        case.model, case.body, case.content_type, case.valid, case.expected
+    from benchmarks.reliability.corpus import family_cases
+    for case in family_cases("image_classifier"):      # built on call, nothing at import
+        case.family, case.body, case.content_type, case.valid, case.expected
+
+Cases are written per family (handlers/families) and go to every served model of that family; a
+tensor model's are made from its declared shape, dtype and range (tensors.py).
 
 Hand-written cases (benchmarks/reliability/corpus/images.py, texts.py) say why they exist in their names; generated
 ones (generated.py) come from a fixed seed. Valid edge cases (greyscale, CMYK, alpha, 16-bit, 1x1,
@@ -14,48 +17,52 @@ they only make sense against a real server.
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Any, List, Optional
 
-from benchmarks.reliability.corpus import generated, images, texts
-from benchmarks.reliability.corpus.case import FRONTEND, HANDLER, IMAGE_MODEL, TEXT_MODEL, Case, worker_input
-from handlers.settings import ImageSettings
+from benchmarks.reliability.corpus import generated, images, tensors, texts
+from benchmarks.reliability.corpus.case import (
+    FRONTEND,
+    HANDLER,
+    IMAGE,
+    TENSOR,
+    TEXT,
+    Case,
+)
 
 # TorchServe's default max_request_size (bytes): what the frontend accepts when config.properties
 # does not say otherwise.
 DEFAULT_MAX_REQUEST_BYTES = 6_553_500
 
-__all__ = ["Case", "cases", "handler_cases", "server_cases", "worker_input", "HANDLER", "FRONTEND",
-           "IMAGE_MODEL", "TEXT_MODEL", "DEFAULT_MAX_REQUEST_BYTES"]
+__all__ = ["Case", "family_cases", "server_cases", "HANDLER", "FRONTEND", "IMAGE", "TEXT", "TENSOR",
+           "DEFAULT_MAX_REQUEST_BYTES"]
 
 
-def handler_cases() -> List[Case]:
-    """Everything a handler sees and must answer itself (valid, or a 4xx of its own)."""
-    return images.cases() + texts.cases() + generated.cases()
-
-
-def server_cases(max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> List[Case]:
-    over = max_request_bytes + 1
-    image_limit = ImageSettings().max_body_bytes + 1
-    return [
-        # Refused by whichever limit is lower: the frontend's, or the image handler's own.
-        Case("image body over the handler's limit", IMAGE_MODEL, b"\xff\xd8" + b"\0" * (image_limit - 2),
-             "image/jpeg", False, 413, "", HANDLER if image_limit <= max_request_bytes else FRONTEND),
-        Case("image body over max_request_size", IMAGE_MODEL, b"\xff\xd8" + b"\0" * (over - 2),
-             "image/jpeg", False, 413, "", FRONTEND),
-        Case("text body over max_request_size", TEXT_MODEL, b"a" * over, "text/plain", False, 413, "", FRONTEND),
-        Case("json body at twice max_request_size", TEXT_MODEL, b'{"text": "' + b"b" * (2 * over) + b'"}',
-             "application/json", False, 413, "", FRONTEND),
-        Case("unknown model", "no_such_model", b"hello", "text/plain", False, 404, "", FRONTEND),
-        Case("model name with path traversal", "..%2f..%2fetc%2fpasswd", b"hello", "text/plain", False, None, "",
-             FRONTEND),
-    ]
-
-
-def cases(max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Tuple[Case, ...]:
-    """The whole corpus; names are unique per model."""
-    everything = handler_cases() + server_cases(max_request_bytes)
-    names = [f"{c.model}: {c.name}" for c in everything]
+def family_cases(family: str, settings: Any = None) -> List[Case]:
+    """Everything a model of this family sees and must answer itself (valid, or a 4xx of its
+    own); `settings`: the model's family settings (a tensor model's cases are made from them)."""
+    if family == TENSOR:
+        return tensors.cases(settings)
+    hand = {IMAGE: images.cases, TEXT: texts.cases}.get(family)
+    if hand is None:
+        return []
+    found = hand() + [c for c in generated.cases() if c.family == family]
+    names = [c.name for c in found]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"corpus case names must be unique: {duplicates}")
-    return tuple(everything)
+        raise ValueError(f"corpus case names must be unique per family: {duplicates}")
+    return found
+
+
+def server_cases(family: str, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 handler_limit: Optional[int] = None) -> List[Case]:
+    """Bodies the limits refuse, for a model of `family`: over max_request_size the frontend
+    answers 413 before any worker sees it; over the family's own `max_body_bytes` (handler_limit)
+    the handler does, unless the frontend's limit is lower."""
+    over = max_request_bytes + 1
+    out = [Case("body over max_request_size", family, b"\xff\xd8" + b"\0" * (over - 2), "application/octet-stream",
+                False, 413, "", FRONTEND)]
+    if handler_limit is not None and handler_limit < max_request_bytes:
+        body = b"\xff\xd8" + b"\0" * (handler_limit - 1)
+        ctype = "image/jpeg" if family == IMAGE else "text/plain" if family == TEXT else "application/json"
+        out.append(Case("body over the handler's own limit", family, body, ctype, False, 413, "", HANDLER))
+    return out

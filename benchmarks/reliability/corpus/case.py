@@ -8,12 +8,15 @@ over max_request_size, unknown model).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
-IMAGE_MODEL = "efficientnet_lite0"
-TEXT_MODEL = "minilm"
+from handlers.families.image_classifier import ImageClassifier
+from handlers.families.tensor import TensorModel
+from handlers.families.text_embedder import TextEmbedder
+
+# Cases are written for a family (handlers/families) and sent to every served model of it.
+IMAGE, TEXT, TENSOR = ImageClassifier.name, TextEmbedder.name, TensorModel.name
 HANDLER = "handler"
 FRONTEND = "frontend"
 
@@ -21,7 +24,7 @@ FRONTEND = "frontend"
 @dataclass(frozen=True)
 class Case:
     name: str
-    model: str
+    family: str  # the family whose models get it (every served one); a frontend case: a model name
     body: bytes
     content_type: Optional[str]  # None: no Content-Type header at all
     valid: bool
@@ -57,31 +60,13 @@ class Case:
         return self.words.lower() in message.lower()
 
     def __repr__(self) -> str:  # bodies can be megabytes: never print them
-        return f"Case({self.name!r}, {self.model}, {len(self.body)} B, {self.content_type!r}, expect {self.expected})"
+        return f"Case({self.name!r}, {self.family}, {len(self.body)} B, {self.content_type!r}, expect {self.expected})"
 
 
-def valid(name: str, model: str, body: bytes, content_type: Optional[str], source: str = "hand") -> Case:
-    return Case(name, model, body, content_type, True, source=source)
+def valid(name: str, family: str, body: bytes, content_type: Optional[str], source: str = "hand") -> Case:
+    return Case(name, family, body, content_type, True, source=source)
 
 
-def invalid(name: str, model: str, body: bytes, content_type: Optional[str], status: Optional[int] = None,
+def invalid(name: str, family: str, body: bytes, content_type: Optional[str], status: Optional[int] = None,
             words: str = "", layer: str = HANDLER, source: str = "hand") -> Case:
-    return Case(name, model, body, content_type, False, status, words, layer, source)
-
-
-def worker_input(body: bytes, content_type: Optional[str]) -> Any:
-    """The value a TorchServe 0.12 worker hands the handler for this body (ts/protocol/
-    otf_message_handler._retrieve_input_data): exactly "application/json" is parsed as JSON, any
-    "text..." type decoded as UTF-8, each falling back to the raw bytes when that fails."""
-    ctype = content_type or ""
-    if ctype == "application/json":
-        try:
-            return json.loads(body.decode("utf-8"))
-        except Exception:  # noqa: BLE001 - TorchServe catches everything here too
-            return body
-    if ctype.startswith("text"):
-        try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError:
-            return body
-    return body
+    return Case(name, family, body, content_type, False, status, words, layer, source)

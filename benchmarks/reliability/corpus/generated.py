@@ -10,7 +10,7 @@ from typing import Callable, List
 import numpy as np
 from PIL import Image
 
-from benchmarks.reliability.corpus.case import IMAGE_MODEL, TEXT_MODEL, Case, invalid, valid
+from benchmarks.reliability.corpus.case import IMAGE, TEXT, Case, invalid, valid
 from benchmarks.reliability.corpus.imagebytes import (
     PNG_SIGNATURE,
     declared_png,
@@ -33,11 +33,11 @@ def random_bytes(rng: random.Random, count: int) -> List[Case]:
         body = bytearray(rng.randbytes(rng.randint(1, 4096)))
         if body[:2] == b"\xff\xd8" or body[:4] == PNG_SIGNATURE[:4]:
             body[0] = 0
-        cases.append(invalid(f"random bytes #{i} ({len(body)} B)", IMAGE_MODEL, bytes(body),
+        cases.append(invalid(f"random bytes #{i} ({len(body)} B)", IMAGE, bytes(body),
                              "application/octet-stream", 400, "not a JPEG or PNG", source="generated"))
         text = bytearray(rng.randbytes(rng.randint(1, 4096)))
         text[rng.randrange(len(text))] = 0xFF  # never valid UTF-8
-        cases.append(invalid(f"random bytes as text #{i} ({len(text)} B)", TEXT_MODEL, bytes(text),
+        cases.append(invalid(f"random bytes as text #{i} ({len(text)} B)", TEXT, bytes(text),
                              "text/plain", 400, "UTF-8", source="generated"))
     return cases
 
@@ -51,10 +51,10 @@ def cut_photos(rng: random.Random) -> List[Case]:
             start = data.index(b"\xff\xda") + 2 if fmt == "JPEG" else data.index(b"IDAT") + 4
             for _ in range(2):
                 cut = rng.randrange(start, last_data_offset(data) - 64)
-                cases.append(invalid(f"{name} as {fmt} cut at {cut}/{len(data)}", IMAGE_MODEL, data[:cut],
+                cases.append(invalid(f"{name} as {fmt} cut at {cut}/{len(data)}", IMAGE, data[:cut],
                                      "application/octet-stream", 400, "truncated", source="generated"))
             cut = rng.randrange(2, start - 2)
-            cases.append(invalid(f"{name} as {fmt} header cut at {cut}", IMAGE_MODEL, data[:cut],
+            cases.append(invalid(f"{name} as {fmt} header cut at {cut}", IMAGE, data[:cut],
                                  "application/octet-stream", 400, "", source="generated"))
     return cases
 
@@ -66,7 +66,7 @@ def broken_signatures(rng: random.Random, count: int) -> List[Case]:
         data = bytearray(encode(photo(PHOTOS[i % len(PHOTOS)]).resize((160, 120)), ("JPEG", "PNG")[i % 2]))
         for at in rng.sample(range(4), 2):
             data[at] = (data[at] + rng.randint(1, 255)) % 256
-        cases.append(invalid(f"photo with a corrupt signature #{i}", IMAGE_MODEL, bytes(data),
+        cases.append(invalid(f"photo with a corrupt signature #{i}", IMAGE, bytes(data),
                              "application/octet-stream", 400, "not a JPEG or PNG", source="generated"))
     return cases
 
@@ -81,7 +81,7 @@ def random_images(rng: random.Random, count: int) -> List[Case]:
         image = Image.fromarray(noise).convert(mode) if mode != "I;16" else Image.fromarray(
             noise[..., 0].astype(np.uint16) * 257)
         fmt = "JPEG" if mode in ("CMYK",) or (mode in ("RGB", "L") and rng.random() < 0.5) else "PNG"
-        cases.append(valid(f"random {mode} {width}x{height} {fmt}", IMAGE_MODEL, encode(image, fmt),
+        cases.append(valid(f"random {mode} {width}x{height} {fmt}", IMAGE, encode(image, fmt),
                            rng.choice(("image/jpeg", "image/png", "application/octet-stream", None)),
                            source="generated"))
     return cases
@@ -95,7 +95,7 @@ def random_bombs(rng: random.Random, count: int) -> List[Case]:
         width = rng.randint(6400, 65500)
         height = rng.randint(40_000_001 // width + 1, 65500)
         body = declared_png(width, height) if i % 2 else jpeg_with_size(jpeg, width, height)
-        cases.append(invalid(f"{'png' if i % 2 else 'jpeg'} declaring {width}x{height}", IMAGE_MODEL, body,
+        cases.append(invalid(f"{'png' if i % 2 else 'jpeg'} declaring {width}x{height}", IMAGE, body,
                              "application/octet-stream", 400, "pixel", source="generated"))
     return cases
 
@@ -120,7 +120,7 @@ def wrong_json(rng: random.Random, count: int) -> List[Case]:
             value.pop("text", None)
             if i % 2:
                 value["text"] = _random_json(rng, depth=2)
-        cases.append(invalid(f"random wrong json #{i}", TEXT_MODEL, json.dumps(value).encode(),
+        cases.append(invalid(f"random wrong json #{i}", TEXT, json.dumps(value).encode(),
                              "application/json", 400, "", source="generated"))
     return cases
 
@@ -136,7 +136,7 @@ def broken_utf8(rng: random.Random, count: int) -> List[Case]:
         text = sentence(rng).encode()
         at = rng.randrange(len(text))
         body = text[:at] + rng.choice(bad) + text[at:]
-        cases.append(invalid(f"sentence with invalid utf-8 #{i}", TEXT_MODEL, body, "text/plain", 400, "UTF-8",
+        cases.append(invalid(f"sentence with invalid utf-8 #{i}", TEXT, body, "text/plain", 400, "UTF-8",
                              source="generated"))
     return cases
 
@@ -146,10 +146,10 @@ def control_characters(rng: random.Random, count: int) -> List[Case]:
     cases = []
     for i in range(count):
         noise = "".join(rng.choice(CONTROL) for _ in range(rng.randint(1, 40)))
-        cases.append(invalid(f"control characters only #{i}", TEXT_MODEL, json.dumps({"text": noise}).encode(),
+        cases.append(invalid(f"control characters only #{i}", TEXT, json.dumps({"text": noise}).encode(),
                              "application/json", 400, "", source="generated"))
         words = [w + rng.choice(CONTROL) for w in sentence(rng).split()]
-        cases.append(valid(f"words with control characters #{i}", TEXT_MODEL,
+        cases.append(valid(f"words with control characters #{i}", TEXT,
                            json.dumps({"text": " ".join(words)}).encode(), "application/json", source="generated"))
     return cases
 

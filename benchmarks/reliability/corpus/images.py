@@ -7,7 +7,7 @@ from typing import List
 import numpy as np
 from PIL import Image
 
-from benchmarks.reliability.corpus.case import IMAGE_MODEL, Case, invalid, valid
+from benchmarks.reliability.corpus.case import IMAGE, Case, invalid, valid
 from benchmarks.reliability.corpus.imagebytes import (
     PNG_SIGNATURE,
     chunk,
@@ -26,11 +26,11 @@ NOT_IMAGE = "not a JPEG or PNG"
 
 
 def _img(name: str, body: bytes, content_type: str | None = OCTETS) -> Case:
-    return valid(name, IMAGE_MODEL, body, content_type)
+    return valid(name, IMAGE, body, content_type)
 
 
 def _bad(name: str, body: bytes, status: int = 400, words: str = "", content_type: str | None = OCTETS) -> Case:
-    return invalid(name, IMAGE_MODEL, body, content_type, status, words)
+    return invalid(name, IMAGE, body, content_type, status, words)
 
 
 def valid_images() -> List[Case]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import List
 
-from benchmarks.reliability.corpus.case import TEXT_MODEL, Case, invalid, valid
+from benchmarks.reliability.corpus.case import TEXT, Case, invalid, valid
 from benchmarks.reliability.corpus.imagebytes import multipart
 
 JSON = "application/json"
@@ -14,11 +14,11 @@ SENTENCE = "A cat is sleeping on the warm windowsill while the sun sets behind t
 
 
 def _ok(name: str, body: bytes, content_type: str | None = PLAIN) -> Case:
-    return valid(name, TEXT_MODEL, body, content_type)
+    return valid(name, TEXT, body, content_type)
 
 
 def _bad(name: str, body: bytes, status: int = 400, words: str = "", content_type: str | None = JSON) -> Case:
-    return invalid(name, TEXT_MODEL, body, content_type, status, words)
+    return invalid(name, TEXT, body, content_type, status, words)
 
 
 def _json(value) -> bytes:

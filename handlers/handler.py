@@ -1,9 +1,10 @@
-"""The request loop every model handler inherits.
+"""The handler TorchServe runs for every archive: the request loop, whatever the model.
 
 settings -> runtime (threads, precision, graph) -> per-request decode -> batched infer -> post.
-Each request is validated on its own: a bad one gets its own 4xx through
-``context.set_response_status(code, message, idx)`` and its batch-mates are answered normally.
-Subclasses supply the family-specific parts (decode, collate, forward, postprocess, example batch).
+The family named in the archive's settings (handlers/families/) supplies what depends on the
+model's inputs and outputs. Each request is validated on its own: a bad one gets its own 4xx
+through ``context.set_response_status(code, message, idx)`` and its batch-mates are answered
+normally; an error no check foresaw is that request's 500, logged with its traceback.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional
 
 import torch
 
 from handlers import runtime
-from handlers.errors import BadInput, HandlerError
+from handlers.errors import BadInput, HandlerError, ServerFault
+from handlers.families import Family, family_class
 from handlers.profiling import make_profiler, region
 from handlers.settings import HandlerSettings
 from handlers.stage_metrics import StageClock, emit
-
 log = logging.getLogger(__name__)
 
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
@@ -44,14 +45,13 @@ def status_phrase(message: str) -> str:
     return _UNPRINTABLE.sub(" ", message)[:200].strip()
 
 
-class ModelHandler:
-    """Base handler: TorchServe instantiates a subclass once per worker."""
-
-    family_settings_type: type = type(None)  # ImageSettings / TextSettings in subclasses
+class Handler:
+    """TorchServe instantiates this once per worker."""
 
     def __init__(self):
         self.initialized = False
         self.settings: Optional[HandlerSettings] = None
+        self.family: Optional[Family] = None
         self.model = None
         self.profiler = None
         self.decode_pool = None
@@ -63,7 +63,7 @@ class ModelHandler:
         model_dir = Path(props["model_dir"])
         self.model_name = context.model_name
         yaml_config = getattr(context, "model_yaml_config", None) or {}
-        self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"), self.family_settings_type)
+        self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"))
         rt = self.settings.runtime
         self.device = runtime.choose_device(props.get("gpu_id"))
         self.max_batch_size = int(props.get("batch_size") or 1)
@@ -75,19 +75,19 @@ class ModelHandler:
         self.autocast_dtype = (
             None if rt.graph == "torchscript" else runtime.resolve_precision(rt.precision, self.device)
         )
-        self.setup(model_dir)
+        self.family = family_class(self.settings.family)(self.settings.family_settings, model_dir)
         self.decode_pool = runtime.decode_pool(rt.preprocess_threads or self.threads)
         self.model = self.load_model(model_dir)
         if rt.warmup:
-            runtime.warm_up(lambda size: self.infer(self.example_batch(size)), self.max_batch_size)
+            runtime.warm_up(lambda size: self.infer(self.family.example_batch(size)), self.max_batch_size)
         self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")
         frozen = runtime.freeze_heap() if rt.freeze_heap else 0
         self.initialized = True
         log.info(
-            "%s ready in %.1fs: device=%s threads=%d (workers=%d) precision=%s graph=%s max_batch=%d "
+            "%s ready in %.1fs: family=%s device=%s threads=%d (workers=%d) precision=%s graph=%s max_batch=%d "
             "frozen_objects=%d",
-            self.model_name, time.perf_counter() - started, self.device, self.threads, workers,
-            self._precision_label(), rt.graph, self.max_batch_size, frozen,
+            self.model_name, time.perf_counter() - started, self.settings.family, self.device, self.threads,
+            workers, self._precision_label(), rt.graph, self.max_batch_size, frozen,
         )
 
     def _precision_label(self) -> str:
@@ -103,7 +103,7 @@ class ModelHandler:
         weights = model_dir / self.settings.weights
         if rt.graph == "torchscript":
             return runtime.load_torchscript(str(weights), self.device, rt.optimize_for_inference)
-        model = self.build_model(self.settings.family, model_dir)
+        model = self.family.wrap(self.settings.source.build(model_dir))
         model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
         model = runtime.prepare_eager(model, self.device, rt.channels_last)
         if rt.graph == "compile":
@@ -127,7 +127,7 @@ class ModelHandler:
                 else:
                     items.append(outcome)
                     accepted.append(idx)
-            inputs = self.collate(items) if items else None
+            inputs = self.family.collate(items) if items else None
         clock.stop("preprocess", started)
 
         if items:
@@ -137,7 +137,7 @@ class ModelHandler:
             clock.stop("inference", started)
             started = clock.start()
             with region(self.profiler, "postprocess"):
-                for idx, answer in zip(accepted, self.postprocess(outputs, inputs)):
+                for idx, answer in zip(accepted, self.family.postprocess(outputs, inputs)):
                     results[idx] = answer
             clock.stop("postprocess", started)
 
@@ -151,12 +151,12 @@ class ModelHandler:
 
         def decode_one(idx: int):
             try:
-                return self.decode(request_body(data[idx]), _content_type(context, idx))
+                return self.family.decode(request_body(data[idx]), _content_type(context, idx))
             except HandlerError as err:
                 return err
-            except Exception:  # an input no check foresaw: fail this request only, keep the batch
+            except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
                 log.exception("unexpected error decoding request %d", idx)
-                return BadInput("the request could not be read")
+                return ServerFault("unexpected error decoding the request (the model log has the traceback)")
 
         if self.decode_pool is None or len(data) == 1:
             return [decode_one(idx) for idx in range(len(data))]
@@ -164,39 +164,17 @@ class ModelHandler:
         return list(self.decode_pool.map(decode_one, range(len(data))))
 
     def infer(self, inputs):
+        """The model on one collated batch: each input tensor on the device in the model's layout."""
+        tensors = inputs if isinstance(inputs, tuple) else (inputs,)
+        channels_last = self.settings.runtime.channels_last
+        tensors = tuple(runtime.to_device(runtime.memory_format(t, channels_last), self.device) for t in tensors)
         with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):
-            return self.forward(inputs)
+            return self.model(*tensors)
 
     @staticmethod
     def reject(context, idx: int, err: HandlerError) -> dict:
         context.set_response_status(err.status, status_phrase(err.message), idx)
         return {"code": err.status, "type": err.kind, "message": err.message}
-
-    # ---- family hooks ----------------------------------------------------------------------
-    def setup(self, model_dir: Path) -> None:
-        """Load what pre/post-processing needs (labels, tokenizer)."""
-
-    @classmethod
-    def build_model(cls, family, model_dir: Path) -> torch.nn.Module:
-        """The eager architecture (weights loaded separately); also used by the build step."""
-        raise NotImplementedError
-
-    def decode(self, body: Any, content_type: str) -> Any:
-        """Validate and decode one request; raise BadInput with a message saying what is wrong."""
-        raise NotImplementedError
-
-    def collate(self, items: Sequence[Any]):
-        raise NotImplementedError
-
-    def forward(self, inputs):
-        raise NotImplementedError
-
-    def postprocess(self, outputs, inputs) -> List[Any]:
-        raise NotImplementedError
-
-    def example_batch(self, batch_size: int):
-        """A realistic batch for warm-up (and tracing at build time)."""
-        raise NotImplementedError
 
 
 def _content_type(context, idx: int) -> str:

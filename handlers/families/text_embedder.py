@@ -1,30 +1,52 @@
-"""Sentence embeddings (all-MiniLM-L6-v2): text in, {"embedding": [384 floats]} out.
+"""Text embedders: text in, {"embedding": [floats]} out, from any Hugging Face encoder.
 
-Mean pooling over the attention mask, then L2 normalisation, as sentence-transformers computes them.
-Batches are padded to their longest sequence rounded up to a bucket, not to max_length.
+Pooled over the attention mask (mean, as sentence-transformers does, or the [CLS] token), then
+L2-normalised unless settings say otherwise. Batches are padded to their longest sequence rounded
+up to a bucket, not to max_length.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Literal, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from handlers import runtime
-from handlers.base import ModelHandler
-from handlers.encoders import build_encoder
-from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
-from handlers.settings import TextSettings
+from handlers.errors import BadInput, ConfigError, PayloadTooLarge, UnsupportedMediaType
+from handlers.families.base import Family
+from handlers.families.pooling import PooledEncoder
 
 # WordPiece maps a word longer than 100 characters to [UNK], so one token never spans more:
 # cutting the text here can't change the first max_length tokens, and bounds tokenizer time.
 _MAX_CHARS_PER_TOKEN = 100
 # A character the tokenizer keeps: not whitespace, not a C0/C1 control character.
 _VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")
+# Padding tokens of the common vocabularies, tried when the tokenizer file configures none.
+_PAD_TOKENS = ("[PAD]", "<pad>")
+
+
+@dataclass(frozen=True)
+class TextSettings:
+    """settings.text_embedder: tokenizer file, truncation, padding buckets, pooling."""
+
+    tokenizer: str = "tokenizer.json"  # archive file in the tokenizers library's format
+    max_length: int = 256
+    pad_bucket: int = 16
+    pad_to_max_length: bool = False  # the naive path: every request padded to max_length
+    pad_token: Optional[str] = None  # none: the tokenizer file's own padding, else [PAD] or <pad>
+    pooling: Literal["mean", "cls"] = "mean"
+    normalize: bool = True
+    max_body_bytes: int = 1024 * 1024
+
+    def __post_init__(self):
+        if self.pad_bucket < 1 or self.max_length < 2:
+            raise ConfigError("text_embedder.pad_bucket must be >= 1 and text_embedder.max_length >= 2")
+        if self.max_body_bytes < 1:
+            raise ConfigError(f"text_embedder.max_body_bytes: must be >= 1, got {self.max_body_bytes}")
 
 
 def text_from_body(body: Any, content_type: str, settings: TextSettings) -> str:
@@ -71,26 +93,39 @@ def text_from_body(body: Any, content_type: str, settings: TextSettings) -> str:
     return text
 
 
-class TextEmbedder(ModelHandler):
-    family_settings_type = TextSettings
+def load_tokenizer(path: Path, settings: TextSettings):
+    """The tokenizer, truncating to max_length and padding to a bucket (or to max_length)."""
+    from tokenizers import Tokenizer
 
-    def setup(self, model_dir: Path) -> None:
-        from tokenizers import Tokenizer
+    tokenizer = Tokenizer.from_file(str(path))
+    configured = tokenizer.padding
+    token = settings.pad_token or (configured["pad_token"] if configured else None)
+    token = token or next((t for t in _PAD_TOKENS if tokenizer.token_to_id(t) is not None), None)
+    pad_id = None if token is None else tokenizer.token_to_id(token)
+    if pad_id is None:
+        raise ConfigError(f"text_embedder.pad_token: {token or 'no padding token'} is not in {path.name}: name one")
+    tokenizer.enable_truncation(max_length=settings.max_length)
+    if settings.pad_to_max_length:
+        tokenizer.enable_padding(pad_id=pad_id, pad_token=token, length=settings.max_length)
+    else:
+        tokenizer.enable_padding(pad_id=pad_id, pad_token=token, pad_to_multiple_of=settings.pad_bucket)
+    return tokenizer
 
-        family: TextSettings = self.settings.family
-        self.tokenizer = Tokenizer.from_file(str(model_dir / family.tokenizer))
-        self.tokenizer.enable_truncation(max_length=family.max_length)
-        if family.pad_to_max_length:
-            self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]", length=family.max_length)
-        else:
-            self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]", pad_to_multiple_of=family.pad_bucket)
 
-    @classmethod
-    def build_model(cls, family: TextSettings, model_dir: Path) -> torch.nn.Module:
-        return build_encoder(model_dir / family.config, family.normalize)
+class TextEmbedder(Family):
+    name = "text_embedder"
+    Settings = TextSettings
+    naive = {"pad_to_max_length": True, "max_length": 128}
+
+    def __init__(self, settings: TextSettings, model_dir: Path) -> None:
+        super().__init__(settings, model_dir)
+        self.tokenizer = load_tokenizer(model_dir / settings.tokenizer, settings)
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return PooledEncoder(model, self.settings.pooling, self.settings.normalize)
 
     def decode(self, body, content_type: str) -> str:
-        return text_from_body(body, content_type, self.settings.family)
+        return text_from_body(body, content_type, self.settings)
 
     def collate(self, items: Sequence[str]) -> Tuple[torch.Tensor, torch.Tensor]:
         encodings = self.tokenizer.encode_batch(list(items))
@@ -98,15 +133,10 @@ class TextEmbedder(ModelHandler):
         mask = torch.from_numpy(np.array([e.attention_mask for e in encodings], dtype=np.int64))
         return ids, mask
 
-    def forward(self, inputs: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        ids, mask = (runtime.to_device(t, self.device) for t in inputs)
-        return self.model(ids, mask)
-
     def postprocess(self, outputs: torch.Tensor, inputs) -> List[dict]:
         return [{"embedding": row} for row in outputs.float().cpu().tolist()]
 
-    def example_batch(self, batch_size: int):
+    def example_batch(self, size: int):
         # Mixed lengths: padding inside the batch, so a traced graph keeps the attention-mask path.
         texts = ["A short one.", "A longer warm-up sentence, so that this batch holds padded positions."]
-        return self.collate([texts[i % 2] for i in range(batch_size)])
-
+        return self.collate([texts[i % 2] for i in range(size)])

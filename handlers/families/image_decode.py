@@ -1,4 +1,4 @@
-"""Decode and validate one image request into a model-sized RGB array.
+"""Decode and validate one image request into a model-sized RGB or greyscale array.
 
 Cheap on purpose: JPEGs are decoded in draft mode (DCT scaling straight to about the target size)
 and the crop + resize is a single resample of the crop box, with PIL's integer pre-reduction.
@@ -10,12 +10,15 @@ import io
 import math
 import struct
 import zlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
 from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
-from handlers.settings import ImageSettings
+
+if TYPE_CHECKING:  # the settings class lives with the family, which imports this module
+    from handlers.families.image_classifier import ImageSettings
 
 FORMATS = ("JPEG", "PNG")
 # Everything PIL raises for a corrupt or truncated file, found by fuzzing its JPEG/PNG readers.
@@ -57,26 +60,27 @@ def crop_box(width: int, height: int, settings: ImageSettings):
     return (left, top, left + side, top + side)
 
 
-def to_rgb(image: Image.Image) -> Image.Image:
-    """Any JPEG/PNG mode to 8-bit RGB (greyscale, palette, alpha, CMYK and 16-bit are all valid)."""
+def to_mode(image: Image.Image, mode: str) -> Image.Image:
+    """Any JPEG/PNG mode to 8-bit RGB or L (greyscale, palette, alpha, CMYK and 16-bit are all valid)."""
     if image.mode in ("I;16", "I;16B", "I;16L", "I"):
         # PIL clips 16-bit to 255 when converting; scale to 8 bits instead.
         wide = np.asarray(image).astype(np.uint32)
         peak = 65535 if image.mode.startswith("I;16") else max(int(wide.max()), 1)
         image = Image.fromarray((wide * 255 // peak).astype(np.uint8), "L")
-    return image if image.mode == "RGB" else image.convert("RGB")
+    return image if image.mode == mode else image.convert(mode)
 
 
 def decode_image(body, settings: ImageSettings) -> np.ndarray:
-    """Request body -> (image_size, image_size, 3) uint8 array, or BadInput saying what is wrong."""
+    """Request body -> (image_size, image_size, channels) uint8 array, or BadInput saying what is wrong."""
     image = open_checked(image_bytes(body, settings), settings)
     width, height = image.size
+    mode = "RGB" if settings.channels == 3 else "L"
     try:
         if settings.draft_decode and image.format == "JPEG":
             scale = settings.resize_size / min(width, height)
-            image.draft("RGB", (math.ceil(width * scale), math.ceil(height * scale)))
+            image.draft(mode, (math.ceil(width * scale), math.ceil(height * scale)))
         image.load()
-        rgb = to_rgb(image)
+        rgb = to_mode(image, mode)
     except Image.DecompressionBombError:
         raise BadInput(f"image is over the pixel limit of {settings.max_image_pixels}") from None
     except _CORRUPT as err:
@@ -85,4 +89,5 @@ def decode_image(body, settings: ImageSettings) -> np.ndarray:
     box = crop_box(rgb.width, rgb.height, settings)
     size = (settings.image_size, settings.image_size)
     resized = rgb.resize(size, Image.Resampling.BILINEAR, box=box, reducing_gap=3.0)
-    return np.asarray(resized)
+    pixels = np.asarray(resized)
+    return pixels if pixels.ndim == 3 else pixels[:, :, None]

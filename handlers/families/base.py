@@ -1,0 +1,47 @@
+"""What a model family is: the part of serving that depends on what the model takes and returns.
+
+The handler (handlers/handler.py) owns the request loop and every optimisation; a family only says
+how one request becomes an item (`decode`, raising BadInput with what is wrong), how items become
+a batch (`collate`), what the model's output means (`postprocess`), and what a realistic batch
+looks like (`example_batch`, for warm-up and for tracing at build time). Its settings are one
+frozen dataclass, `settings.<family name>` in the catalogue. The model itself comes from the
+catalogue entry's source; `wrap` may put a head around it (pooling for an encoder, say).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, List, Mapping, Sequence, Tuple, Union
+
+import torch
+
+Inputs = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
+
+
+class Family:
+    name: ClassVar[str] = ""
+    Settings: ClassVar[type] = type(None)  # a frozen dataclass; every field has a default
+    # Settings of the naive path the in-process benchmark compares the optimised one with.
+    naive: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, settings: Any, model_dir: Path) -> None:
+        """`model_dir`: where the archive's files are (labels, tokenizer, ...)."""
+        self.settings = settings
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The served module around the source model (the identity unless the family adds a head)."""
+        return model
+
+    def decode(self, body: Any, content_type: str) -> Any:
+        """One request's body (bytes, or what TorchServe decoded: str, dict, list) -> one item."""
+        raise NotImplementedError
+
+    def collate(self, items: Sequence[Any]) -> Inputs:
+        raise NotImplementedError
+
+    def postprocess(self, outputs: torch.Tensor, inputs: Inputs) -> List[Any]:
+        """One JSON-ready answer per item of the batch."""
+        raise NotImplementedError
+
+    def example_batch(self, size: int) -> Inputs:
+        raise NotImplementedError
