@@ -23,6 +23,7 @@ from handlers.families import Family, family_class
 from handlers.profiling import make_profiler, region
 from handlers.settings import HandlerSettings
 from handlers.stage_metrics import StageClock, emit
+
 log = logging.getLogger(__name__)
 
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")

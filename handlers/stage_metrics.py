@@ -33,7 +33,9 @@ def emit(metrics, model_name: str, clock: StageClock, batch_size: int) -> None:
     """Send one batch's figures; ``metrics`` is TorchServe's context.metrics (None in bare use)."""
     if metrics is None:
         return
-    from ts.metrics.dimension import Dimension  # TorchServe-only import, kept off the import path
+    from ts.metrics.dimension import (
+        Dimension,  # TorchServe-only import, kept off the import path
+    )
     from ts.metrics.metric_type_enum import MetricTypes
 
     def dims(*extra):

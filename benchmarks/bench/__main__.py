@@ -31,7 +31,14 @@ from benchmarks.load.runner import LoadPlan, ServerRun
 from benchmarks.load.stats import StabilityRule
 from benchmarks.serving.errors import BenchmarkError, LauncherError
 from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT, REPORTS, shown
+from benchmarks.serving.repo import (
+    CATALOGUE,
+    DEFAULT_CONFIG,
+    MODEL_STORE,
+    REPO_ROOT,
+    REPORTS,
+    shown,
+)
 from benchmarks.serving.ts_config import ModelSettings, ServerConfig
 from build.errors import BuildError
 
@@ -250,9 +257,8 @@ def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
 
 
 def run(cfg: BenchConfig) -> Path:
-    from benchmarks.bench.baseline.archive import NoBaseline
-
     from benchmarks.bench import report
+    from benchmarks.bench.baseline.archive import NoBaseline
     from benchmarks.serving import resources
 
     waits = {}

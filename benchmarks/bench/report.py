@@ -174,7 +174,7 @@ def markdown(report: dict) -> str:
               f"- load average before {cond['before']['load_average']}, after {cond['after']['load_average']}; "
               f"other TorchServe frontends before {cond['before']['other_torchserve_pids'] or 'none'}, "
               f"after {cond['after']['other_torchserve_pids'] or 'none'}; run took {cond['seconds']} s",
-              f"- waits for a quiet machine: " + (", ".join(f"{phase} {w['waited_s']:.0f} s ({'quiet' if w['quiet'] else 'busy'})"
+              "- waits for a quiet machine: " + (", ".join(f"{phase} {w['waited_s']:.0f} s ({'quiet' if w['quiet'] else 'busy'})"
                                                          for phase, w in cond["waits"].items()) or "none asked")
               + f"; points measured again because other processes were busy: {remeasured}",
               "- client and servers share the same 2 cores: the generator's own CPU is in the table", "",

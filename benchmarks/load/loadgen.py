@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import http.client
-import json
 import queue
 import random
 import socket
@@ -22,8 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
-from benchmarks.load import stats
-from benchmarks.load import inputs
+from benchmarks.load import inputs, stats
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
 from benchmarks.serving.errors import BenchmarkError
 

@@ -10,7 +10,12 @@ from typing import Any, Mapping
 
 from benchmarks.serving.errors import StartupError
 from benchmarks.serving.repo import DEFAULT_CONFIG
-from benchmarks.serving.ts_config import ModelEntry, ModelSettings, ServerConfig, format_models
+from benchmarks.serving.ts_config import (
+    ModelEntry,
+    ModelSettings,
+    ServerConfig,
+    format_models,
+)
 
 # Set only when the base config leaves them out. Keys expire after 60 min by default in 0.12: a
 # long benchmark or tuning run on one server would start failing with InvalidKeyException.

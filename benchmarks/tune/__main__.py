@@ -35,7 +35,13 @@ from typing import Callable, List, Optional, Sequence
 
 from benchmarks.serving import processes
 from benchmarks.serving.errors import LauncherError
-from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS, shown
+from benchmarks.serving.repo import (
+    CATALOGUE,
+    DEFAULT_CONFIG,
+    MODEL_STORE,
+    REPORTS,
+    shown,
+)
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
 from benchmarks.tune.options import TuneOptions, record_of

@@ -1,4 +1,5 @@
-"""The e2e server: one real TorchServe from the repo's config.properties for all of tests/e2e.
+"""The e2e server: one real TorchServe from the repo's config.properties for all of tests/e2e,
+serving every catalogue model (the list comes from catalogue.yaml: a new model is tested too).
 
 Package scope: the one server lives while tests/e2e runs and is stopped before tests/unit starts.
 
@@ -13,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import CATALOGUE
 from benchmarks.serving.ts_config import ServerConfig
+from build.catalogue import Catalogue
 
-MODELS = ("efficientnet_lite0", "minilm")
+MODELS = Catalogue.load(CATALOGUE).names
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Small helpers for the e2e tests: inputs, concurrent posting, comparisons."""
+"""Small helpers for the e2e tests: inputs, concurrent posting, comparisons, any family."""
 
 from __future__ import annotations
 
@@ -13,13 +13,84 @@ import numpy as np
 import requests
 from PIL import Image
 
+from benchmarks.load.inputs import requests as example_requests
+from benchmarks.reliability.corpus import HANDLER, Case, family_cases
 from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
 from benchmarks.serving.server_metrics import BATCHES, Scrape
+from build.catalogue import Catalogue
+from build.examples import Example, expected_top1, worker_input
+from build.export import served_settings
+from handlers.settings import HandlerSettings
 
 
 class Request(NamedTuple):
     body: bytes
     content_type: str
+
+
+def settings_of(model: str) -> HandlerSettings:
+    return served_settings(Catalogue.load(CATALOGUE).entry(model))
+
+
+def examples_of(model: str) -> list[tuple[Example, Request]]:
+    entry = Catalogue.load(CATALOGUE).entry(model)
+    return [(e, Request(r.body, r.content_type)) for e, r in zip(entry.examples, example_requests(model))]
+
+
+def bad_cases(model: str, count: int = 3) -> list[Case]:
+    """The first `count` requests of the model's family corpus that its handler must refuse with a 400."""
+    settings = settings_of(model)
+    refused = [c for c in family_cases(settings.family, settings.family_settings)
+               if not c.valid and c.status == 400 and c.layer == HANDLER and c.content_type is not None
+               and not c.form_encoded]
+    return refused[:count]
+
+
+def answered(resp: requests.Response, model: str, example: Example | None = None) -> dict:
+    """A 200 whose answer has the family's shape (and the example's expected top-1, if it has one)."""
+    from benchmarks.reliability.badinput import well_formed
+
+    assert resp.status_code == 200, resp.text
+    assert well_formed(settings_of(model), resp), resp.text[:300]
+    answer = resp.json()
+    if example is not None:
+        problem = expected_top1(example, answer)
+        assert problem is None, problem
+    return answer
+
+
+def assert_same_answer(model: str, one, other, label: str = "") -> None:
+    """Two answers to one request agree: classes in the same order with probabilities within 1e-3,
+    embeddings at cosine >= 0.9999, raw outputs within 1e-3 (relative)."""
+    family = settings_of(model).family
+    if family == "text_embedder":
+        assert cosine(np.asarray(one["embedding"]), np.asarray(other["embedding"])) >= 0.9999, label
+    elif "outputs" in one:
+        np.testing.assert_allclose(one["outputs"], other["outputs"], rtol=1e-3, atol=1e-4, err_msg=label)
+    elif "class" in one:
+        assert one == other, label
+    else:
+        assert list(one)[0] == list(other)[0], (label, one, other)
+        for key in set(one) & set(other):
+            assert abs(one[key] - other[key]) <= 1e-3, (label, key, one[key], other[key])
+
+
+def inprocess_answers(model: str, requests_: list[Request], tmp: Path) -> list[dict]:
+    """The same archive the server runs, its handler in this process, one request at a time."""
+    from benchmarks.bench.bare_context import FakeContext, extract
+    from handlers.handler import Handler
+
+    model_dir = extract(MODEL_STORE / f"{model}.mar", tmp / model)
+    context = FakeContext(model_dir, model, batch_size=1, handler_overrides={"runtime": {"warmup": False}})
+    handler = Handler()
+    handler.initialize(context)
+    answers = []
+    for r in requests_:
+        context.headers, context.statuses = {0: {"Content-Type": r.content_type}}, {}
+        answers.append(handler.handle([{"body": worker_input(r.body, r.content_type)}], context)[0])
+        assert not context.statuses, context.statuses
+    return answers
 
 
 def jpeg_of(png: Path, quality: int = 90) -> bytes:
@@ -47,25 +118,8 @@ def post_together(server: TorchServe, model: str, requests_: list[Request]) -> l
         return list(pool.map(post, requests_))
 
 
-def embedding(resp: requests.Response) -> np.ndarray:
-    assert resp.status_code == 200, resp.text
-    vector = np.asarray(resp.json()["embedding"], dtype=np.float64)
-    assert vector.shape == (384,)
-    return vector
-
-
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def top5(resp: requests.Response) -> dict[str, float]:
-    assert resp.status_code == 200, resp.text
-    answer = resp.json()
-    assert isinstance(answer, dict) and len(answer) == 5, answer
-    probs = list(answer.values())
-    assert probs == sorted(probs, reverse=True), answer
-    assert all(0.0 <= p <= 1.0 for p in probs) and sum(probs) <= 1.0 + 1e-3, answer
-    return answer
 
 
 def assert_bad_request(resp: requests.Response) -> None:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from benchmarks.load.inputs import photo_jpegs
+from benchmarks.load.inputs import requests as example_requests
 from benchmarks.serving.launcher import TorchServe
 from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
 from benchmarks.serving.server_metrics import BATCHES, ITEMS, STAGE_COUNTERS, Scrape
@@ -16,7 +16,7 @@ from build.catalogue import Catalogue
 
 pytestmark = pytest.mark.e2e
 
-MODEL = "efficientnet_lite0"
+MODEL = Catalogue.load(CATALOGUE).names[0]  # any catalogue model: the profiler is the same for all
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +31,11 @@ def profiled_server():
 
 
 def test_trace_has_stage_regions(profiled_server):
-    photos = list(photo_jpegs().values())
+    examples = example_requests(MODEL)
     # Schedule wait 1 + warm-up 1 + active 3: the trace is written after the fifth batch.
     for i in range(8):
-        response = profiled_server.predict(MODEL, photos[i % len(photos)], "image/jpeg")
+        request = examples[i % len(examples)]
+        response = profiled_server.predict(MODEL, request.body, request.content_type)
         assert response.status_code == 200, response.text
     trace_dir = profiled_server.workdir / "logs" / "torch_profiler" / MODEL
     traces = sorted(trace_dir.glob("trace-*.json"))
@@ -47,8 +48,8 @@ def test_trace_has_stage_regions(profiled_server):
 
 def test_stage_metrics_on_prometheus(profiled_server):
     before = profiled_server.metrics_text()
-    for body in list(photo_jpegs().values())[:3]:
-        assert profiled_server.predict(MODEL, body, "image/jpeg").status_code == 200
+    for request in (list(example_requests(MODEL)) * 3)[:3]:
+        assert profiled_server.predict(MODEL, request.body, request.content_type).status_code == 200
     # Workers report metrics through their log stream: the frontend may count the last batch a
     # moment after its response went out, so read until all three requests are in (bounded).
     deadline = time.monotonic() + 10

@@ -14,10 +14,11 @@ import pytest
 from benchmarks.load.traffic import capacity
 from benchmarks.reliability import badinput, faults, overload, security, soak
 from benchmarks.serving.launcher import TorchServe
+from tests.e2e.conftest import MODELS
 
 pytestmark = pytest.mark.e2e
 
-IMAGE, TEXT = "efficientnet_lite0", "minilm"
+MODEL = MODELS[0]  # soak, kill, overload and broken archives: one model; the corpus: every model
 SOAK_MINUTES = 0.75  # + 15 s of warm-up: about a minute of load
 
 
@@ -29,7 +30,7 @@ def verdict(result) -> str:
 def shipped(model_store):
     """The shipped config.properties (tuned models= stanza, token auth, model API off), both models; the
     JVM gets the soak's heap settings so that RSS measures footprint (benchmarks/reliability/soak.py)."""
-    with TorchServe(model_store, wait_for=(IMAGE, TEXT), extra_properties=soak.soak_vmargs()) as ts:
+    with TorchServe(model_store, wait_for=MODELS, extra_properties=soak.soak_vmargs()) as ts:
         yield ts
 
 
@@ -39,7 +40,7 @@ def soak_report(tmp_path_factory):
 
 
 def test_security_on_the_shipped_config(shipped):
-    checks = security.weights_checks() + security.server_checks(shipped, TEXT, IMAGE)
+    checks = security.weights_checks() + security.server_checks(shipped, MODEL)
     assert all(c.passed for c in checks), "\n".join(c.line() for c in checks)
     assert len(checks) >= 10
 
@@ -48,7 +49,7 @@ def test_short_soak(shipped, soak_report):
     # Half the measured capacity, not the soak command's 70%: a 6 s capacity reading on a 2-core
     # machine that CI may share swings by tens of percent, and this short form checks loss and
     # growth, not the operating point (`python -m benchmarks.reliability.soak` runs the full 70% soak).
-    result = soak.soak(shipped, IMAGE, SOAK_MINUTES, capacity(shipped, IMAGE, seconds=6.0), fraction=0.5,
+    result = soak.soak(shipped, MODEL, SOAK_MINUTES, capacity(shipped, MODEL, seconds=6.0), fraction=0.5,
                        warmup_s=15.0)
     soak.write_report(result, soak_report)
     assert (soak_report / "soak.png").stat().st_size > 0 and (soak_report / "soak.json").is_file()
@@ -62,7 +63,7 @@ def test_bad_input_corpus(shipped):
 
 
 def test_worker_sigkill_under_load(shipped):
-    result = faults.kill_worker_under_load(shipped, IMAGE, concurrency=8, after_s=4.0)
+    result = faults.kill_worker_under_load(shipped, MODEL, concurrency=8, after_s=4.0)
     assert result.passed, verdict(result)
     assert result.traffic.sent > 0 and result.recovery_s is not None
     print(result.summary())
@@ -77,12 +78,12 @@ def test_overload_at_three_times_capacity(model_store):
     # The soak's pre-touched initial JVM heap: otherwise the frontend's RSS "grows" by faulting in
     # heap pages it already owns under the burst (measured +63%), which is not the growth we bound.
     props = {"job_queue_size": "16", **soak.soak_vmargs()}
-    with TorchServe(model_store, load=(IMAGE,), extra_properties=props) as ts:
-        result = overload.overload(ts, IMAGE, capacity(ts, IMAGE, seconds=6.0), factor=3.0, seconds=12.0)
+    with TorchServe(model_store, load=(MODEL,), extra_properties=props) as ts:
+        result = overload.overload(ts, MODEL, capacity(ts, MODEL, seconds=6.0), factor=3.0, seconds=12.0)
     assert result.passed, verdict(result)
 
 
 def test_broken_archives_fail_alone(model_store):
-    result = faults.broken_archives(model_store, TEXT)
+    result = faults.broken_archives(model_store, MODEL)
     assert result.passed, verdict(result)
     assert {f.archive.name for f in result.failures} == {"no_weights", "bad_settings", "truncated"}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import requests
 
+from benchmarks.serving.server_metrics import REQUESTS, Scrape
 from tests.e2e.conftest import MODELS
+from tests.e2e.helpers import answered, examples_of
 
 pytestmark = pytest.mark.e2e
 
@@ -17,7 +19,7 @@ def test_ping(server):
 
 
 def test_models_listed(server):
-    assert sorted(server.list_models()) == sorted(MODELS)
+    assert sorted(server.list_models()) == sorted(MODELS)  # every catalogue model, from catalogue.yaml
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -37,7 +39,7 @@ def test_describe_matches_config_properties(server, root_config, model):
 
 
 def test_scale_workers_up_and_back(server, root_config):
-    model = "minilm"
+    model = MODELS[0]
     settings = root_config.model(model).settings
     server.scale_workers(model, settings.min_workers + 1, settings.max_workers + 1)
     try:
@@ -46,8 +48,8 @@ def test_scale_workers_up_and_back(server, root_config):
         pids = server.worker_pids(model)
         assert len(set(pids)) == settings.min_workers + 1, desc["workers"]
         assert all(w["status"] == "READY" for w in desc["workers"]), desc["workers"]
-        resp = server.predict(model, {"text": "still answering with two workers"})
-        assert resp.status_code == 200, resp.text
+        example, request = examples_of(model)[0]
+        answered(server.predict(model, request.body, request.content_type), model, example)
     finally:
         server.scale_workers(model, settings.min_workers, settings.max_workers)
     desc = server.describe(model)
@@ -66,7 +68,8 @@ def _refused(resp: requests.Response) -> None:
 def test_inference_refused_without_its_token(server, token):
     if token == "management":
         token = server.tokens.management
-    _refused(server.predict("minilm", {"text": "hello"}, token=token))
+    request = examples_of(MODELS[0])[0][1]
+    _refused(server.predict(MODELS[0], request.body, request.content_type, token=token))
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     _refused(requests.get(f"{server.inference_url}/ping", headers=headers, timeout=10))
 
@@ -75,21 +78,24 @@ def test_inference_refused_without_its_token(server, token):
 def test_management_refused_without_its_token(server, root_config, token):
     if token == "inference":
         token = server.tokens.inference
+    model = MODELS[0]
     _refused(server.client.management("GET", "/models", token=token))
-    _refused(server.client.management("PUT", "/models/minilm", token=token, params={"min_worker": 3}))
-    assert len(server.worker_pids("minilm")) == root_config.model("minilm").settings.min_workers
+    _refused(server.client.management("PUT", f"/models/{model}", token=token, params={"min_worker": 3}))
+    assert len(server.worker_pids(model)) == root_config.model(model).settings.min_workers
 
 
 def test_model_api_is_off(server):
     """Registering/unregistering needs --enable-model-api; without it the call is refused."""
-    resp = server.client.management("POST", "/models", params={"url": "minilm.mar"})
+    model = MODELS[0]
+    resp = server.client.management("POST", "/models", params={"url": f"{model}.mar"})
     assert resp.status_code == 405, resp.text
-    resp = server.client.management("DELETE", "/models/minilm")
+    resp = server.client.management("DELETE", f"/models/{model}")
     assert resp.status_code == 405, resp.text
-    assert "minilm" in server.list_models()
+    assert model in server.list_models()
 
 
-def test_prometheus_metrics(server):
-    assert server.predict("minilm", {"text": "count me"}).status_code == 200
-    text = server.metrics_text()
-    assert 'ts_inference_requests_total{model_name="minilm"' in text
+@pytest.mark.parametrize("model", MODELS)
+def test_prometheus_metrics(server, model):
+    request = examples_of(model)[0][1]
+    assert server.predict(model, request.body, request.content_type).status_code == 200
+    assert Scrape.of(server.metrics_text()).total(REQUESTS, model) >= 1

@@ -7,10 +7,10 @@ import pytest
 import torch
 import yaml
 
-from tests.references import CAT_LABELS
 from benchmarks.serving.repo import CATALOGUE
 from build.__main__ import main as build_main
 from build.archive import archived_frontend_keys
+from tests.references import CAT_LABELS
 
 pytestmark = pytest.mark.unit
 
@@ -121,6 +121,7 @@ def test_unknown_model_name_is_refused(tmp_path, capsys):
 
 def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
     from benchmarks.bench.bare_context import extract
+
     from .conftest import make_handler
 
     entry = with_changes(serialisation="torchscript", settings={**IMAGE["settings"], "runtime": {"precision": "fp32"}})

@@ -13,7 +13,15 @@ import yaml
 from benchmarks.serving import properties
 from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG
 from benchmarks.serving.ts_config import ModelSettings, ServerConfig
-from benchmarks.tune.config_writer import HEADER, Provenance, Update, check_archives, find_stanza, rewrite, write_config
+from benchmarks.tune.config_writer import (
+    HEADER,
+    Provenance,
+    Update,
+    check_archives,
+    find_stanza,
+    rewrite,
+    write_config,
+)
 from benchmarks.tune.errors import ConfigWriteError
 from build.catalogue import Catalogue
 

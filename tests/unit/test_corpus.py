@@ -11,11 +11,16 @@ import random
 from collections import Counter
 
 import pytest
-
 import requests
 
 from benchmarks.reliability.badinput import nowhere_cases, well_formed
-from benchmarks.reliability.corpus import HANDLER, IMAGE, TEXT, family_cases, server_cases
+from benchmarks.reliability.corpus import (
+    HANDLER,
+    IMAGE,
+    TEXT,
+    family_cases,
+    server_cases,
+)
 from build.examples import worker_input
 
 from .conftest import make_handler

@@ -87,6 +87,15 @@ def _stage_text(entry: ModelEntry, root: Path, content: Path) -> Staged:
     return Staged(HERE / "text_handler.py", None, weights[0])
 
 
+def missing_baseline(entry: ModelEntry) -> Optional[str]:
+    """Why the entry has no stock baseline, or None when it has one."""
+    kinds: Dict[str, type] = {"image_classifier": PythonSource, "text_embedder": HuggingFaceFolder}
+    if isinstance(entry.model, kinds.get(entry.family, ())):
+        return None
+    return (f"no stock baseline for a {entry.family} model from a {type(entry.model).__name__}: TorchServe's "
+            "stock handlers cover image classifiers from a model class and text embedders from a Hugging Face folder")
+
+
 def build_baseline(model: str, store: Path, root: Path = REPO_ROOT, catalogue: Path = CATALOGUE) -> Path:
     """Write <store>/<model>.mar (the stock baseline) and return its path; NoBaseline if none exists."""
     from model_archiver.model_archiver_config import ModelArchiverConfig
@@ -94,11 +103,9 @@ def build_baseline(model: str, store: Path, root: Path = REPO_ROOT, catalogue: P
     from build.archive import generate_archive, stage_files
 
     entry = Catalogue.load(catalogue).entry(model)
-    kinds: Dict[str, type] = {"image_classifier": PythonSource, "text_embedder": HuggingFaceFolder}
-    if not isinstance(entry.model, kinds.get(entry.family, ())):
-        raise NoBaseline(f"no stock baseline for a {entry.family} model from a {type(entry.model).__name__}: "
-                         "TorchServe's stock handlers cover image classifiers from a model class and text "
-                         "embedders from a Hugging Face folder")
+    missing = missing_baseline(entry)
+    if missing:
+        raise NoBaseline(missing)
     store.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"baseline-{model}-", dir=store) as tmp:
         stage = Path(tmp)
