@@ -40,7 +40,8 @@ def main(argv=None) -> int:
     for i, name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {name}", flush=True)
         try:
-            result = build_entry(catalogue, name, ROOT, args.out, force=args.force,
+            # Paths in a catalogue are relative to its folder (the repository's, for catalogue.yaml).
+            result = build_entry(catalogue, name, args.catalogue.resolve().parent, args.out, force=args.force,
                                  progress=lambda msg: print(msg, flush=True))
         except BuildError as err:
             print(f"  FAILED {name}: {err}", file=sys.stderr, flush=True)

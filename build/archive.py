@@ -24,11 +24,13 @@ from typing import Iterable, Optional
 import torch
 import yaml
 
+import handlers
 from build import export
 from build.catalogue import Catalogue, ModelEntry
 
 STATE_FILE = ".build-state.json"
 HANDLER = "handlers/handler.py"  # the handler TorchServe runs, the same for every archive
+HANDLERS = Path(handlers.__file__).resolve().parent  # the package every archive carries
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,8 @@ class BuildResult:
     seconds: float = 0.0
 
 
-def handler_package_files(root: Path) -> Iterable[Path]:
-    return sorted(p for p in (root / "handlers").rglob("*.py") if "__pycache__" not in p.parts)
+def handler_package_files() -> Iterable[Path]:
+    return sorted(p for p in HANDLERS.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def input_hash(entry_raw, root: Path, sources: Iterable[Path], extras: Iterable[Path]) -> str:
@@ -49,7 +51,7 @@ def input_hash(entry_raw, root: Path, sources: Iterable[Path], extras: Iterable[
     digest = hashlib.sha256()
     digest.update(json.dumps(entry_raw, sort_keys=True, default=str).encode())
     digest.update(f"torch={torch.__version__} archiver={archiver_version}".encode())
-    for path in [*handler_package_files(root), *sources, *extras]:
+    for path in [*handler_package_files(), *sources, *extras]:
         digest.update(str(path.name).encode())
         with open(path, "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -72,14 +74,14 @@ def _write_state(store: Path, name: str, digest: str) -> None:
     os.replace(tmp, store / STATE_FILE)
 
 
-def stage_files(root: Path, stage: Path, extras: dict) -> Path:
+def stage_files(stage: Path, extras: dict) -> Path:
     """Lay out what goes inside the archive; returns the folder passed as extra_files.
 
     torch-model-archiver copies an extra-files folder's *contents* to the archive root, keeping
     sub-folders: so `handlers/` goes in one level down and arrives with its structure intact.
     """
     content = stage / "content"
-    shutil.copytree(root / "handlers", content / "handlers", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(HANDLERS, content / "handlers", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name, source in extras.items():
         shutil.copy2(source, content / name)
     return content
@@ -132,7 +134,7 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
     store.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"build-{name}-", dir=store) as tmp:
         stage = Path(tmp)
-        content = stage_files(root, stage, extras)
+        content = stage_files(stage, extras)
         stage_source = getattr(entry.model, "stage", None)
         if stage_source is not None:
             stage_source(root, content)

@@ -17,10 +17,9 @@ import requests
 from benchmarks.serving import processes
 from benchmarks.serving.client import Client, Endpoints, Tokens
 from benchmarks.serving.errors import ApiError, LauncherError
-from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG
+from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
 from benchmarks.serving.ts_config import ServerConfig
 
-TEXT_EXAMPLE = '{"text": "A man is eating food."}'
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -39,6 +38,11 @@ def _server_pid() -> int | None:
         return None
 
 
+def served_models(config: ServerConfig) -> list:
+    """What `make serve` loads (load_models=all): every archive of the store, models= entry or not."""
+    return sorted(set(config.model_names) | {p.stem for p in MODEL_STORE.glob("*.mar")})
+
+
 def wait(config: ServerConfig, workdir: Path, timeout_s: float) -> Client:
     deadline = time.monotonic() + timeout_s
     endpoints = Endpoints(
@@ -47,7 +51,7 @@ def wait(config: ServerConfig, workdir: Path, timeout_s: float) -> Client:
         metrics=config.address("metrics_address"),
     )
     client = None
-    pending = list(config.model_names)
+    pending = served_models(config)
     while True:
         if time.monotonic() > deadline:
             raise LauncherError(f"not ready after {timeout_s:.0f} s (waiting for: {', '.join(pending) or 'ping'})")
@@ -68,29 +72,27 @@ def wait(config: ServerConfig, workdir: Path, timeout_s: float) -> Client:
         time.sleep(1)
 
 
-def _model_kind(name: str) -> str:
-    """'image' or 'text', from the catalogue's handler file name (best effort)."""
-    try:
-        import yaml
-
-        handler = yaml.safe_load((CATALOGUE).read_text())["models"][name]["handler"]
-    except Exception:  # noqa: BLE001 - an example line is not worth failing for
-        handler = name
-    return "image" if "image" in handler else "text"
-
-
 def curl_line(name: str, inference_url: str, key_file: Path) -> str:
+    """A working curl line for a model: its first catalogue example as the body."""
+    from build.catalogue import Catalogue
+    from build.errors import BuildError
+    from build.examples import CONTENT_TYPES
+
     key = f"""$(python3 -c 'import json; print(json.load(open("{key_file}"))["inference"]["key"])')"""
     auth = f'-H "Authorization: Bearer {key}"'
     url = f"{inference_url}/predictions/{name}"
-    if _model_kind(name) == "image":
-        import skimage
-
-        photo = Path(skimage.__file__).resolve().parent / "data" / "chelsea.png"
-        body = f"-H 'Content-Type: image/png' --data-binary @{shlex.quote(str(photo))}"
-    else:
-        body = f"-H 'Content-Type: application/json' --data-binary {shlex.quote(TEXT_EXAMPLE)}"
-    return f"curl {auth} {body} {url}"
+    try:
+        example = Catalogue.load(CATALOGUE).entry(name).examples[0]
+    except (BuildError, IndexError):  # not a catalogue model, or no examples: the line without a body
+        return f"curl {auth} {url}"
+    if example.file is None:  # inline JSON or text
+        body, content_type = example.request(REPO_ROOT).body.decode("utf-8"), example.content_type
+    else:  # the file as it is (a photo the tools re-encode as JPEG is sent in its own format here)
+        path = example.file.resolve(REPO_ROOT, "example")
+        body = f"@{path}"
+        content_type = CONTENT_TYPES.get(path.suffix.lower(), example.content_type)
+    body = f"--data-binary {shlex.quote(body)}"
+    return f"curl {auth} -H 'Content-Type: {content_type}' {body} {url}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = ServerConfig.load(args.config)
     workdir = args.workdir.resolve()
-    print(f"waiting for TorchServe ({', '.join(config.model_names)}) ...", file=sys.stderr, flush=True)
+    print(f"waiting for TorchServe ({', '.join(served_models(config))}) ...", file=sys.stderr, flush=True)
     began = time.monotonic()
     try:
         client = wait(config, workdir, args.timeout)
@@ -112,13 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     key_file = workdir / "key_file.json"
     ep = client.endpoints
-    print(f"\nTorchServe is up in {time.monotonic() - began:.0f} s, models: {', '.join(config.model_names)}")
+    print(f"\nTorchServe is up in {time.monotonic() - began:.0f} s, models: {', '.join(served_models(config))}")
     print(f"  inference   {ep.inference}/predictions/<model>   key: {key_file} -> inference.key")
     print(f"  management  {ep.management}/models               key: {key_file} -> management.key")
     print(f"  metrics     {ep.metrics}/metrics                 no key")
     print(f"  logs        {workdir / 'logs'}")
     print("\nTry:")
-    for name in config.model_names:
+    for name in served_models(config):
         print(f"  {curl_line(name, ep.inference, key_file)}")
     print("\nStop it with: make stop")
     return 0

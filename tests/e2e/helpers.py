@@ -61,9 +61,12 @@ def answered(resp: requests.Response, model: str, example: Example | None = None
 
 
 def assert_same_answer(model: str, one, other, label: str = "") -> None:
+    assert_same_answer_family(settings_of(model).family, one, other, label)
+
+
+def assert_same_answer_family(family: str, one, other, label: str = "") -> None:
     """Two answers to one request agree: classes in the same order with probabilities within 1e-3,
     embeddings at cosine >= 0.9999, raw outputs within 1e-3 (relative)."""
-    family = settings_of(model).family
     if family == "text_embedder":
         assert cosine(np.asarray(one["embedding"]), np.asarray(other["embedding"])) >= 0.9999, label
     elif "outputs" in one:

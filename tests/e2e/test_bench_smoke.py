@@ -111,3 +111,21 @@ def test_csv_and_markdown(report_dir, report):
     assert {row["server"] for row in rows} == {"ours", "stock"}
     markdown = (report_dir / "report.md").read_text()
     assert report["summary"]["verdict"] in markdown and report["command"] in markdown
+
+
+NO_BASELINE = [m for m in MODELS if missing_baseline(Catalogue.load(CATALOGUE).entry(m)) is not None]
+
+
+@pytest.mark.parametrize("model", NO_BASELINE[:1])
+def test_a_model_without_a_stock_baseline_says_so(model, tmp_path):
+    command = [sys.executable, "-m", "benchmarks.bench", "--model", model, "--smoke", "--workers", "1",
+               "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=420, check=False)
+    assert done.returncode == 0, f"bench exited {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"
+    (folder,) = list(tmp_path.iterdir())
+    report = json.loads((folder / "report.json").read_text())
+    assert set(report["results"]) == {"ours"} and report["summary"]["stock"] is None
+    assert "no stock baseline" in report["configuration"]["stock"]["missing"]
+    assert report["summary"]["inprocess_items_per_s"] > 0 and report["summary"]["ours"]["peak_rps"] > 0
+    markdown = (folder / "report.md").read_text()
+    assert "- stock: none (no stock baseline for a tensor model" in markdown and "in-process limit only" in markdown

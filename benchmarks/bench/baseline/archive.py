@@ -110,7 +110,7 @@ def build_baseline(model: str, store: Path, root: Path = REPO_ROOT, catalogue: P
     with tempfile.TemporaryDirectory(prefix=f"baseline-{model}-", dir=store) as tmp:
         stage = Path(tmp)
         # The handlers package rides along for its shared helpers (mean pooling), not its optimisations.
-        content = stage_files(root, stage, {})
+        content = stage_files(stage, {})
         staged = (_stage_image(entry, root, stage, content) if entry.family == "image_classifier"
                   else _stage_text(entry, root, content))
         config = ModelArchiverConfig(
