@@ -63,7 +63,7 @@ def parse_settings(entry: ModelEntry, section: Dict[str, Any]) -> HandlerSetting
 
 def make_family(entry: ModelEntry, settings: HandlerSettings, content: Path) -> Family:
     try:
-        return family_class(entry.family)(settings.family_settings, content)
+        return family_class(entry.family)(settings.family_settings, content, settings.runtime.channels_last)
     except (ConfigError, OSError, ValueError) as err:
         raise CatalogueError(f"model {entry.name!r} settings.{entry.family}: {err}") from None
 
@@ -96,6 +96,9 @@ def trace(model: torch.nn.Module, family: Family, settings: HandlerSettings) -> 
         with torch.no_grad(), runtime.autocast(torch.device("cpu"), dtype):
             traced = torch.jit.trace(model, example, check_trace=False)
         return torch.jit.freeze(traced.eval())
+    except AssertionError as err:  # a torch.export program's shape guard: exported for one batch size
+        raise ExportError(f"the model refused a batch of 2 ({err}): export it with a dynamic batch dimension "
+                          "(torch.export.export(..., dynamic_shapes=...) with torch.export.Dim)") from None
     except (RuntimeError, TypeError, ValueError) as err:
         raise ExportError(f"TorchScript tracing failed: {err}") from None
 

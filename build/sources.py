@@ -132,12 +132,28 @@ class ExportedProgram:
     def load(self, root: Path, where: str) -> torch.nn.Module:
         path = self.source.resolve(root, where)
         try:
-            return torch.export.load(str(path)).module()
+            return _Exported(torch.export.load(str(path)).module())
         except Exception as err:  # noqa: BLE001 - not a loadable program: this entry's error
             raise CatalogueError(f"{where}: {path.name} is not a torch.export program: {err}") from None
 
     def input_files(self, root: Path) -> List[Path]:
         return [self.source.resolve(root, "model.exported")]
+
+
+class _Exported(torch.nn.Module):
+    """An exported program's module: already in inference mode, and its train()/eval() raise, so
+    switching modes stops here (a family's head around it still can)."""
+
+    def __init__(self, program_module: torch.nn.Module) -> None:
+        super().__init__()
+        self.program = program_module
+
+    def train(self, mode: bool = True) -> "_Exported":
+        self.training = mode
+        return self
+
+    def forward(self, *inputs):
+        return self.program(*inputs)
 
 
 @dataclass(frozen=True)

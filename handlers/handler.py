@@ -76,7 +76,7 @@ class Handler:
         self.autocast_dtype = (
             None if rt.graph == "torchscript" else runtime.resolve_precision(rt.precision, self.device)
         )
-        self.family = family_class(self.settings.family)(self.settings.family_settings, model_dir)
+        self.family = family_class(self.settings.family)(self.settings.family_settings, model_dir, rt.channels_last)
         self.decode_pool = runtime.decode_pool(rt.preprocess_threads or self.threads)
         self.model = self.load_model(model_dir)
         if rt.warmup:

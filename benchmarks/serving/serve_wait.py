@@ -21,7 +21,6 @@ from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO
 from benchmarks.serving.ts_config import ServerConfig
 
 
-
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         kept = [l for l in path.read_text(errors="replace").splitlines() if "ACCESS_LOG" not in l and "TS_METRICS" not in l]

@@ -24,9 +24,11 @@ class Family:
     # Settings of the naive path the in-process benchmark compares the optimised one with.
     naive: ClassVar[Mapping[str, Any]] = {}
 
-    def __init__(self, settings: Any, model_dir: Path) -> None:
-        """`model_dir`: where the archive's files are (labels, tokenizer, ...)."""
+    def __init__(self, settings: Any, model_dir: Path, channels_last: bool = False) -> None:
+        """`model_dir`: where the archive's files are (labels, tokenizer, ...); `channels_last`: the
+        memory layout the model runs in (image batches can be collated straight into it)."""
         self.settings = settings
+        self.channels_last = channels_last
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The served module around the source model (the identity unless the family adds a head)."""

@@ -58,8 +58,8 @@ class ImageClassifier(Family):
     Settings = ImageSettings
     naive = {"draft_decode": False}
 
-    def __init__(self, settings: ImageSettings, model_dir: Path) -> None:
-        super().__init__(settings, model_dir)
+    def __init__(self, settings: ImageSettings, model_dir: Path, channels_last: bool = False) -> None:
+        super().__init__(settings, model_dir, channels_last)
         self.labels = load_labels(model_dir / settings.labels) if settings.labels else None
         shape = (1, -1, 1, 1)
         self.mean = torch.tensor(settings.mean, dtype=torch.float32).reshape(shape)
@@ -69,8 +69,12 @@ class ImageClassifier(Family):
         return decode_image(body, self.settings)
 
     def collate(self, items: Sequence[np.ndarray]) -> torch.Tensor:
-        # NHWC uint8 -> an NCHW view whose memory is channels_last; normalised as one batch.
-        return torch.from_numpy(np.stack(items)).permute(0, 3, 1, 2).float().sub_(self.mean).div_(self.std)
+        # NHWC uint8 -> an NCHW view whose memory is channels_last already (made contiguous NCHW
+        # while still uint8, when the model runs in that layout); normalised as one batch.
+        batch = torch.from_numpy(np.stack(items)).permute(0, 3, 1, 2)
+        if not self.channels_last:
+            batch = batch.contiguous()
+        return batch.float().sub_(self.mean).div_(self.std)
 
     def postprocess(self, outputs: torch.Tensor, inputs) -> List[dict]:
         return top_k(outputs, class_names(self.labels, outputs.shape[-1], self.name), self.settings.top_k)

@@ -146,8 +146,8 @@ class TensorModel(Family):
     name = "tensor"
     Settings = TensorSettings
 
-    def __init__(self, settings: TensorSettings, model_dir: Path) -> None:
-        super().__init__(settings, model_dir)
+    def __init__(self, settings: TensorSettings, model_dir: Path, channels_last: bool = False) -> None:
+        super().__init__(settings, model_dir, channels_last)
         self.labels = load_labels(model_dir / settings.labels) if settings.labels else None
 
     def decode(self, body, content_type: str) -> np.ndarray:

@@ -117,8 +117,8 @@ class TextEmbedder(Family):
     Settings = TextSettings
     naive = {"pad_to_max_length": True, "max_length": 128}
 
-    def __init__(self, settings: TextSettings, model_dir: Path) -> None:
-        super().__init__(settings, model_dir)
+    def __init__(self, settings: TextSettings, model_dir: Path, channels_last: bool = False) -> None:
+        super().__init__(settings, model_dir, channels_last)
         self.tokenizer = load_tokenizer(model_dir / settings.tokenizer, settings)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -79,12 +79,12 @@ def assert_same_answer_family(family: str, one, other, label: str = "") -> None:
             assert abs(one[key] - other[key]) <= 1e-3, (label, key, one[key], other[key])
 
 
-def inprocess_answers(model: str, requests_: list[Request], tmp: Path) -> list[dict]:
+def inprocess_answers(model: str, requests_: list[Request], tmp: Path, store: Path = MODEL_STORE) -> list[dict]:
     """The same archive the server runs, its handler in this process, one request at a time."""
     from benchmarks.bench.bare_context import FakeContext, extract
     from handlers.handler import Handler
 
-    model_dir = extract(MODEL_STORE / f"{model}.mar", tmp / model)
+    model_dir = extract(store / f"{model}.mar", tmp / model)
     context = FakeContext(model_dir, model, batch_size=1, handler_overrides={"runtime": {"warmup": False}})
     handler = Handler()
     handler.initialize(context)

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.bench.bare_context import FakeContext, extract
 from benchmarks.load.inputs import photo_bytes
 from benchmarks.serving.launcher import TorchServe
 from benchmarks.serving.repo import REPO_ROOT
-from build.examples import worker_input
-from handlers.handler import Handler
-from tests.e2e.helpers import assert_bad_request, assert_same_answer_family
+from tests.e2e.helpers import (
+    assert_bad_request,
+    assert_same_answer_family,
+    inprocess_answers,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -131,18 +132,6 @@ def requests_of(project: Path, model: str) -> list:
     return [e.request(project) for e in Catalogue.load(project / "catalogue.yaml").entry(model).examples]
 
 
-def in_process(store: Path, model: str, requests: list, tmp: Path) -> list:
-    context = FakeContext(extract(store / f"{model}.mar", tmp / model), model, batch_size=1)
-    handler = Handler()
-    handler.initialize(context)
-    answers = []
-    for r in requests:
-        context.headers, context.statuses = {0: {"Content-Type": r.content_type}}, {}
-        answers.append(handler.handle([{"body": worker_input(r.body, r.content_type)}], context)[0])
-        assert not context.statuses
-    return answers
-
-
 @pytest.mark.parametrize("model", ["scans", "photos"])
 def test_own_model_served_as_in_process(project, store, served, model, tmp_path):
     requests = requests_of(project, model)
@@ -151,7 +140,7 @@ def test_own_model_served_as_in_process(project, store, served, model, tmp_path)
         response = served.predict(model, r.body, r.content_type)
         assert response.status_code == 200, response.text
         answers.append(response.json())
-    for index, (one, other) in enumerate(zip(answers, in_process(store, model, requests, tmp_path))):
+    for index, (one, other) in enumerate(zip(answers, inprocess_answers(model, requests, tmp_path, store))):
         assert_same_answer_family("tensor" if model == "scans" else "image_classifier", one, other, str(index))
     top = answers[0]
     assert len(top) == (3 if model == "scans" else 2) and 0 < sum(top.values()) <= 1 + 1e-6

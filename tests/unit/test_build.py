@@ -133,3 +133,61 @@ def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
     cat, coffee = handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context)
     assert max(coffee, key=coffee.get) == "espresso"
     assert max(cat, key=cat.get) in CAT_LABELS
+
+
+class Tiny(torch.nn.Module):
+    """(N, 4) -> (N, 3): small enough to export in a test."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+TENSOR_SETTINGS = {"tensor": {"shape": [4], "output": "softmax_topk", "top_k": 2}}
+
+
+@pytest.mark.parametrize("kind", ["torchscript", "exported"])
+def test_torchscript_and_exported_sources(tmp_path, capsys, kind):
+    """A TorchScript file is served as it is; a torch.export program is loaded at build time only and
+    traced: both answer in-process as the original module does."""
+    from benchmarks.bench.bare_context import extract
+
+    from .conftest import make_handler
+
+    torch.manual_seed(0)
+    module, example = Tiny().eval(), torch.rand(2, 4)  # not 1: export would specialise a batch of 1
+    if kind == "torchscript":
+        torch.jit.save(torch.jit.trace(module, example), str(tmp_path / "tiny.ts"))
+        source = {"torchscript": {"path": "tiny.ts"}}
+    else:
+        batch = {"x": {0: torch.export.Dim("batch", max=64)}}  # a served model takes any batch size
+        torch.export.save(torch.export.export(module, (example,), dynamic_shapes=batch), str(tmp_path / "tiny.pt2"))
+        source = {"exported": {"path": "tiny.pt2"}}
+    entry = {"version": "1.0", "family": "tensor", "model": source, "settings": TENSOR_SETTINGS,
+             "examples": [{"json": {"inputs": [0.1, 0.2, 0.3, 0.4]}}]}
+    store = tmp_path / "store"
+    code, out = run_build(write_catalogue(tmp_path, tiny=entry), store, capsys)
+    assert code == 0, out
+    handler, context = make_handler(extract(store / "tiny.mar", tmp_path / "tiny"), "tiny")
+    assert handler.settings.runtime.graph == "torchscript"
+    (answer,) = handler.handle([{"body": {"inputs": [0.1, 0.2, 0.3, 0.4]}}], context)
+    with torch.no_grad():
+        expected = module(torch.tensor([[0.1, 0.2, 0.3, 0.4]])).softmax(-1)[0]
+    best = int(expected.argmax())
+    assert list(answer)[0] == str(best) and abs(answer[str(best)] - float(expected[best])) < 1e-5
+
+
+def test_sources_that_cannot_work_are_refused_by_name(tmp_path, capsys):
+    module = Tiny().eval()
+    torch.jit.save(torch.jit.trace(module, torch.rand(1, 4)), str(tmp_path / "tiny.ts"))
+    eager_ts = {"version": "1.0", "family": "tensor", "model": {"torchscript": {"path": "tiny.ts"}},
+                "serialisation": "state_dict", "settings": TENSOR_SETTINGS}
+    bf16_ts = {**eager_ts, "serialisation": "torchscript",
+               "settings": {**TENSOR_SETTINGS, "runtime": {"precision": "bf16"}}}
+    code, out = run_build(write_catalogue(tmp_path, a=eager_ts, b=bf16_ts), tmp_path / "store", capsys)
+    assert code == 1
+    assert "FAILED a" in out and "set serialisation: torchscript" in out
+    assert "FAILED b" in out and "runtime.precision: a TorchScript file runs as it was exported" in out

@@ -89,3 +89,23 @@ def test_integer_models_refuse_fractions_and_overflow():
         decode_tensor({"inputs": [1.5, 2]}, "", ints)
     with pytest.raises(BadInput, match="outside uint8's range"):
         decode_tensor({"inputs": [1, 256]}, "", ints)
+
+
+def test_an_error_no_check_foresaw_is_that_requests_500(digits, repo_root, monkeypatch, caplog):
+    """A fault of ours is a 500 for the request that met it (traceback logged), never a 400; its
+    batch-mates are answered."""
+    handler, context = digits
+    decode = handler.family.decode
+
+    def buggy(body, content_type):
+        if body == b"trips a bug":
+            raise KeyError("a bug of ours")
+        return decode(body, content_type)
+
+    monkeypatch.setattr(handler.family, "decode", buggy)
+    scan = {"inputs": np.load(repo_root / "models/digits/example_6.npy").tolist()}
+    context.headers, context.statuses = {0: {"Content-Type": "application/octet-stream"}}, {}
+    answers = handler.handle([{"body": b"trips a bug"}, {"body": scan}], context)
+    assert context.statuses[0][0] == 500 and answers[0]["code"] == 500 and 1 not in context.statuses
+    assert list(answers[1])[0] == "6"
+    assert "unexpected error decoding request 0" in caplog.text and "KeyError" in caplog.text
