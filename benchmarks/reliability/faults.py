@@ -242,6 +242,8 @@ def _register(ts: TorchServe, archive: BrokenArchive) -> LoadFailure:
     registered = ts.client.management("GET", f"/models/{archive.name}", timeout=30).status_code == 200
     cause = re.compile(archive.log_cause)
     logs = ts.log_text("ts_log.log") + ts.log_text("model_log.log")
+    # Reports are committed: the server's temp folder is no path of ours to keep.
+    logs = logs.replace(str(ts.workdir / "tmp"), "<server tmp>").replace(str(ts.workdir), "<server dir>")
     lines = logs.splitlines()
     at = next((i for i, ln in enumerate(lines) if cause.search(ln)), None)
     line = "" if at is None else lines[at].strip()[:240]

@@ -3,8 +3,8 @@
     from benchmarks.serving.launcher import TorchServe
     from benchmarks.serving.ts_config import ModelSettings
 
-    with TorchServe("model_store", models={"minilm": ModelSettings(batch_size=4)}) as ts:
-        ts.predict("minilm", {"text": "hello"}).json()
+    with TorchServe("model_store", models={"my_model": ModelSettings(batch_size=4)}) as ts:
+        ts.predict("my_model", {"text": "hello"}).json()
 
 What it does, and why (TorchServe 0.12 facts):
 - A fresh temp working directory per server, holding a config.properties derived from a base one

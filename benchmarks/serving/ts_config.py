@@ -3,7 +3,7 @@
 The per-model values live in the `models=` property, a JSON object keyed by model name, then by
 model version (TorchServe 0.12 looks values up with the archive's version string):
 
-    models={"minilm": {"1.0": {"defaultVersion": true, "marName": "minilm.mar",
+    models={"my_model": {"1.0": {"defaultVersion": true, "marName": "my_model.mar",
             "minWorkers": 1, "maxWorkers": 1, "batchSize": 8, "maxBatchDelay": 10,
             "responseTimeout": 120}}}
 

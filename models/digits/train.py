@@ -1,14 +1,15 @@
-"""Train DigitsCNN on scikit-learn's digits (installs offline with the wheel) and write the files
-the catalogue entry `digits` uses: the weights, the class names and four held-out examples.
+"""Train DigitsCNN on scikit-learn's digits (1797 real 8x8 scans; they install offline with the
+wheel). `make build` calls `train(out)` when the catalogue's weights say `train:` this file, and
+caches the weights by the content of this folder (build/training.py): about 20 s on 2 cores.
 
-    .venv/bin/python -m models.digits.train      # about 10 s on 2 cores; same seed, same weights
-
-Prints the held-out accuracy (the committed weights: see README).
+    .venv/bin/python -m models.digits.train      # trains into a temp folder, prints the accuracy,
+                                                 # and writes labels.json and the example scans here
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,42 +20,57 @@ from models.digits.digits_cnn import DigitsCNN
 HERE = Path(__file__).resolve().parent
 SEED = 20261122
 EPOCHS = 30
+HELD_OUT = 360
 
 
-def main() -> float:
-    from safetensors.torch import save_file
+def _data():
     from sklearn.datasets import load_digits
 
-    torch.manual_seed(SEED)
     data = load_digits()
-    images = data.images.astype(np.float32)[:, None]  # (1797, 1, 8, 8), 0..16
+    images = data.images.astype(np.float32)[:, None]  # (1797, 1, 8, 8), values 0..16
     order = np.random.default_rng(SEED).permutation(len(images))
-    test, train = order[:360], order[360:]
-    x, y = torch.from_numpy(images), torch.from_numpy(data.target).long()
+    return images, data.target, order[HELD_OUT:], order[:HELD_OUT]
+
+
+def train(out: Path) -> dict:
+    """Write out/weights.safetensors; return the held-out accuracy. Same seed, same weights."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(SEED)
+    images, targets, train_rows, test_rows = _data()
+    x, y = torch.from_numpy(images), torch.from_numpy(targets).long()
     model = DigitsCNN()
     optimiser = torch.optim.Adam(model.parameters(), lr=3e-3)
     for epoch in range(EPOCHS):
         model.train()
-        for batch in torch.from_numpy(train).split(64):
+        for batch in torch.from_numpy(train_rows).split(64):
             optimiser.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x[batch]), y[batch])
-            loss.backward()
+            torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
             optimiser.step()
+        if (epoch + 1) % 10 == 0:
+            print(f"  digits: epoch {epoch + 1}/{EPOCHS}", flush=True)
     model.eval()
     with torch.no_grad():
-        accuracy = (model(x[test]).argmax(1) == y[test]).float().mean().item()
-    save_file(model.state_dict(), str(HERE / "digits_cnn.safetensors"))
+        accuracy = (model(x[test_rows]).argmax(1) == y[test_rows]).float().mean().item()
+    save_file(model.state_dict(), str(Path(out) / "weights.safetensors"))
+    return {"held_out_accuracy": round(accuracy, 4), "held_out": HELD_OUT, "epochs": EPOCHS, "seed": SEED}
+
+
+def write_examples() -> None:
+    """The class names and four held-out scans (three .npy, one JSON) the catalogue entry uses."""
+    images, targets, _, test_rows = _data()
     (HERE / "labels.json").write_text(json.dumps([str(d) for d in range(10)]) + "\n")
-    shown = {}
-    for index in test:  # the first held-out scan of three different digits
-        shown.setdefault(int(data.target[index]), index)
-    for digit, index in list(shown.items())[:3]:
-        np.save(HERE / f"example_{digit}.npy", images[index])
-    digit, index = list(shown.items())[3]  # one more as JSON, the form most clients send
-    (HERE / f"example_{digit}.json").write_text(json.dumps({"inputs": images[index].astype(int).tolist()}) + "\n")
-    print(f"held-out accuracy {accuracy:.3f} on {len(test)} digits")
-    return accuracy
+    first = {}
+    for row in test_rows:  # the first held-out scan of each digit, in held-out order
+        first.setdefault(int(targets[row]), row)
+    chosen = list(first.items())[:4]
+    for digit, row in chosen[:3]:
+        np.save(HERE / f"example_{digit}.npy", images[row])
+    digit, row = chosen[3]
+    (HERE / f"example_{digit}.json").write_text(json.dumps({"inputs": images[row].astype(int).tolist()}) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    with tempfile.TemporaryDirectory() as tmp:
+        print(train(Path(tmp)))
+    write_examples()

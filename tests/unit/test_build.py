@@ -191,3 +191,34 @@ def test_sources_that_cannot_work_are_refused_by_name(tmp_path, capsys):
     assert code == 1
     assert "FAILED a" in out and "set serialisation: torchscript" in out
     assert "FAILED b" in out and "runtime.precision: a TorchScript file runs as it was exported" in out
+
+
+TRAINER = '''
+import torch
+from safetensors.torch import save_file
+
+
+def train(out):
+    torch.manual_seed(0)
+    save_file(torch.nn.Linear(4, 3).state_dict(), str(out / "weights.safetensors"))
+    return {"note": "trained"}
+'''
+
+
+def test_weights_trained_at_build_time_are_cached(tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "train_tiny.py").write_text(TRAINER)
+    entry = {"version": "1.0", "family": "tensor", "settings": TENSOR_SETTINGS,
+             "model": {"module": "torch.nn", "class": "Linear", "args": {"in_features": 4, "out_features": 3},
+                       "weights": {"train": "mine/train_tiny.py"}}}
+    catalogue, store = write_catalogue(tmp_path, tiny=entry), tmp_path / "model_store"
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 0 and "training with mine/train_tiny.py" in out and '"note": "trained"' in out, out
+    code, out = run_build(catalogue, store, capsys, "--force")
+    assert code == 0 and "training with" not in out, out  # cached: the script's folder did not change
+    (tmp_path / "mine" / "train_tiny.py").write_text(TRAINER.replace("manual_seed(0)", "manual_seed(1)"))
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 0 and "training with" in out, out  # the folder changed: trained again
+    (tmp_path / "mine" / "train_tiny.py").write_text("def train(out):\n    return {}\n")
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 1 and "weights.train: mine/train_tiny.py's train(out) wrote no weights.safetensors" in out, out

@@ -1,0 +1,64 @@
+"""Weights trained at build time: `weights: {train: models/digits/train.py}` in a catalogue entry.
+
+The script (a repository file) defines `train(out: Path) -> dict`: it trains on data that installs
+offline, writes `out/weights.safetensors` and returns its figures (held-out accuracy, say). The
+result is cached under `model_store/.trained/<script>-<hash>/`, keyed by the content of the
+script's folder and the torch version: `make build` trains again only when those change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from build.errors import CatalogueError
+
+WEIGHTS = "weights.safetensors"
+
+
+def _folder_hash(script: Path) -> str:
+    digest = hashlib.sha256(f"torch={torch.__version__}".encode())
+    for path in sorted(script.parent.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(script.parent)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def trained_weights(script_path: str, root: Path, where: str, progress=print) -> Path:
+    """The weights file the script trains, from the cache when its inputs are unchanged."""
+    script = (root / script_path).resolve()
+    if not script.is_file() or script.suffix != ".py":
+        raise CatalogueError(f"{where}.train: {script_path!r} is not a .py file of the catalogue's folder")
+    cache = root / "model_store" / ".trained" / f"{script.stem}-{_folder_hash(script)}"
+    if (cache / WEIGHTS).is_file():
+        return cache / WEIGHTS
+    module_name = str(script.relative_to(root).with_suffix("")).replace("/", ".")
+    progress(f"  training with {script_path} (cached afterwards in {cache.relative_to(root)})")
+    sys.path.insert(0, str(root))
+    try:
+        # Loaded from the file each time: a module imported earlier may be an older version of it.
+        spec = importlib.util.spec_from_file_location(module_name, script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        train = getattr(module, "train", None)
+        if train is None:
+            raise CatalogueError(f"{where}.train: {script_path} defines no train(out) function")
+        scratch = cache.with_name(cache.name + ".tmp")
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        figures = train(scratch)
+    finally:
+        sys.path.remove(str(root))
+    if not (scratch / WEIGHTS).is_file():
+        raise CatalogueError(f"{where}.train: {script_path}'s train(out) wrote no {WEIGHTS}")
+    (scratch / "figures.json").write_text(json.dumps(figures or {}, indent=2) + "\n")
+    scratch.rename(cache)
+    progress(f"  trained: {json.dumps(figures or {})}")
+    return cache / WEIGHTS
