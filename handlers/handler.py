@@ -18,6 +18,7 @@ from typing import Any, List, Optional
 import torch
 
 from handlers import runtime
+from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError, ServerFault
 from handlers.families import Family, family_class
 from handlers.profiling import make_profiler, region
@@ -82,6 +83,7 @@ class Handler:
         if rt.warmup:
             runtime.warm_up(lambda size: self.infer(self.family.example_batch(size)), self.max_batch_size)
         self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")
+        runtime.drop_per_batch_log_line()
         frozen = runtime.freeze_heap() if rt.freeze_heap else 0
         self.initialized = True
         log.info(
@@ -116,7 +118,7 @@ class Handler:
         if data is None:
             return None
         clock = StageClock()
-        results: List[Any] = [None] * len(data)
+        results: List[Optional[bytes]] = [None] * len(data)
         accepted: List[int] = []
         items: List[Any] = []
 
@@ -139,7 +141,7 @@ class Handler:
             started = clock.start()
             with region(self.profiler, "postprocess"):
                 for idx, answer in zip(accepted, self.family.postprocess(outputs, inputs)):
-                    results[idx] = answer
+                    results[idx] = self.encode(context, idx, answer)
             clock.stop("postprocess", started)
 
         emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
@@ -173,9 +175,15 @@ class Handler:
             return self.model(*tensors)
 
     @staticmethod
-    def reject(context, idx: int, err: HandlerError) -> dict:
+    def encode(context, idx: int, answer: Any) -> bytes:
+        """Bytes, so that TorchServe sends them as they are (see handlers/encoding.py)."""
+        context.set_response_content_type(idx, JSON)
+        return json_bytes(answer)
+
+    @staticmethod
+    def reject(context, idx: int, err: HandlerError) -> bytes:
         context.set_response_status(err.status, status_phrase(err.message), idx)
-        return {"code": err.status, "type": err.kind, "message": err.message}
+        return Handler.encode(context, idx, {"code": err.status, "type": err.kind, "message": err.message})
 
 
 def _content_type(context, idx: int) -> str:

@@ -164,3 +164,17 @@ def freeze_heap() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+class _PerBatchNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Backend received inference at")
+
+
+def drop_per_batch_log_line() -> None:
+    """TorchServe's worker logs "Backend received inference at: <time>" for every batch (root
+    logger, INFO), and the frontend copies each line into model_log: a line per batch that says
+    nothing /metrics does not. Filtered on the worker's log handlers; everything else stays."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _PerBatchNotice) for f in handler.filters):
+            handler.addFilter(_PerBatchNotice())

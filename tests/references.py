@@ -79,3 +79,8 @@ def text_embeddings(texts: List[str], folder: Path = None) -> np.ndarray:
     with torch.inference_mode():
         hidden = model(**encoded).last_hidden_state
     return mean_pool(hidden, encoded["attention_mask"], normalize=True).numpy()
+
+
+def decoded(answers: Sequence[bytes]) -> List:
+    """A handler's answers (JSON bytes, as TorchServe sends them) as Python objects."""
+    return [json.loads(answer) for answer in answers]

@@ -60,6 +60,7 @@ class BenchConfig:
     inprocess_s: float
     stock: bool
     stock_workers: Optional[int]  # None: TorchServe's default (one per CPU)
+    ceiling: bool  # the no-op handler's ceiling (benchmarks/bench/served_path.py)
     out: Path
     smoke: bool
     command: str
@@ -99,6 +100,8 @@ def parser() -> argparse.ArgumentParser:
                    help="open-loop rates as fractions of each server's closed-loop peak (default: 0.25,0.5,0.75,0.9)")
     g.add_argument("--connections", type=int, default=64,
                    help="open loop: concurrent connections at most (default: %(default)s)")
+    g.add_argument("--point-requests", type=int, default=2000,
+                   help="open loop: arrivals per point at least, over its reported windows (default: %(default)s)")
     g.add_argument("--window-s", type=float, default=5.0, help="measurement window (default: %(default)s)")
     g.add_argument("--max-windows", type=int, default=8,
                    help="measured windows per point at most (default: %(default)s)")
@@ -116,6 +119,8 @@ def parser() -> argparse.ArgumentParser:
                    help="in-process limit measuring time (default: %(default)s)")
     g.add_argument("--no-stock", action="store_true", help="skip the stock baseline")
     g.add_argument("--stock-workers", type=int, help="stock workers (default: TorchServe's own, one per CPU)")
+    g.add_argument("--no-ceiling", action="store_true",
+                   help="skip the no-op handler's ceiling (batch 1, 8 and ours) and the breakdown against it")
     p.add_argument("--smoke", action="store_true",
                    help="a short run for tests: 1 s windows, concurrency 1,4 (stock: 1), one open-loop rate")
     p.add_argument("--out", type=Path, default=REPORTS, help="reports folder (default: benchmarks/reports)")
@@ -156,6 +161,7 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         min_gain_pct=None if args.concurrency else args.min_gain_pct,
         rates=args.rates or (), rate_fractions=args.rate_fractions, rule=rule, window_s=args.window_s,
         connections=args.connections, warmup_s=args.warmup_s, min_window_requests=0 if args.smoke else 20,
+        point_requests=0 if args.smoke else args.point_requests,
         wait_quiet_s=args.wait_quiet,
     )
     stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else plan.levels)
@@ -163,6 +169,7 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         model=args.model, settings=settings, threads=args.threads, plan=plan, stock_plan=stock_plan,
         slo_ms=args.slo_ms or entry.slo_ms, base_config=Path(args.config).resolve(),
         inprocess_s=args.inprocess_seconds, stock=not args.no_stock, stock_workers=args.stock_workers,
+        ceiling=not args.no_ceiling,
         out=args.out, smoke=args.smoke,
         command=shlex.join([".venv/bin/python", "-m", "benchmarks.bench", *argv]),
     )
@@ -277,6 +284,13 @@ def run(cfg: BenchConfig) -> Path:
         threads = resolved_threads(cfg)
         quiet("inprocess")
         limit = inprocess_limit(cfg, threads, tmp)
+        ceiling = {}
+        if cfg.ceiling:
+            from benchmarks.bench.served_path import measure_ceiling
+
+            quiet("ceiling")
+            ceiling = measure_ceiling(cfg.model, cfg.settings, cfg.plan, cfg.base_config, METRICS_PROPERTIES,
+                                      tmp, progress)
         quiet("ours")
         runs = {"ours": run_ours(cfg, store)}
         no_stock = None if cfg.stock else "not asked for (--no-stock)"
@@ -297,6 +311,7 @@ def run(cfg: BenchConfig) -> Path:
     }
     load = {"ours": cfg.plan.to_json(), "stock": cfg.stock_plan.to_json()}
     return report.write(cfg.out, cfg.model, configuration=configuration, load=load, runs=runs, inprocess=limit,
+                        ceiling=ceiling,
                         conditions={"before": before, "after": after, "waits": waits,
                                     "seconds": round(time.time() - started)},
                         command=cfg.command, slo_ms=cfg.slo_ms, smoke=cfg.smoke)

@@ -38,12 +38,16 @@ class FakeContext:
         self.metrics = FakeMetrics()
         self.headers: Dict[int, Dict[str, str]] = {}
         self.statuses: Dict[int, Tuple[int, str]] = {}
+        self.content_types: Dict[int, str] = {}
 
     def get_all_request_header(self, idx: int) -> Dict[str, str]:
         return self.headers.get(idx, {})
 
     def set_response_status(self, code: int = 200, phrase: str = "", idx: int = 0):
         self.statuses[idx] = (code, phrase)
+
+    def set_response_content_type(self, idx: int, value: str):
+        self.content_types[idx] = value
 
 
 def extract(archive: Path, into: Path) -> Path:

@@ -115,7 +115,7 @@ def markdown(report: dict) -> str:
     cond = report["conditions"]
     remeasured = sum(1 for run in report["results"].values() for f in run["points"] if f["remeasured"])
     lines = [f"# {report['model']}: ours vs the stock baseline vs the in-process limit", "",
-             f"**{s['sentences'][0]}**", "", s["sentences"][1], ""]
+             f"**{s['sentences'][0]}**", ""] + [line for extra in s["sentences"][1:] for line in (extra, "")]
     ours = cfg["ours"]
     lines += ["## Configuration", "",
               f"- ours: batch size {ours['batch_size']}, max batch delay {ours['max_batch_delay_ms']} ms, "
@@ -151,15 +151,18 @@ def markdown(report: dict) -> str:
             r = csv_row(server, f)
             level = f"c={f['level']:g}" if f["mode"] == "closed" else f"{f['level']:g}/s"
             errors = f"{r['errors']} (+{r['unanswered']} cut)" if r["unanswered"] else str(r["errors"])
+            spread = [v for v in f.get("window_p99_ms", ()) if v is not None]
+            p99 = _fmt(r["p99_ms"], 0) + (f" ({min(spread):.0f}-{max(spread):.0f})" if len(spread) > 1 else "")
             lines.append(
                 f"| {f['mode']} | {level} | {_fmt(r['offered_rps'])} | {_fmt(r['throughput_rps'])} | "
-                f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {_fmt(r['p99_ms'], 0)} | {_fmt(r['p999_ms'], 0)} | "
+                f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {p99} | {_fmt(r['p999_ms'], 0)} | "
                 f"{_fmt(r['max_ms'], 0)} | {errors} | {_fmt(r['queue_ms'])} | {_fmt(r['mean_batch_size'])} | "
                 f"{_fmt(r['handler_ms_per_batch'])} | {r['frontend_cpu_pct']:.0f}/{r['workers_cpu_pct']:.0f}/"
                 f"{r['generator_cpu_pct']:.0f}/{r['others_cpu_pct']:.0f} | {'yes' if f['stable'] else 'no'} |")
         lines.append("")
     lines += ["Each point: the requests answered during its last stable-rule windows. Latencies in ms, from the "
-              "intended send time; offered = Poisson arrivals scheduled per second; err = failed answers "
+              "intended send time; p99 in brackets: the lowest and highest p99 of those windows taken alone "
+              "(the point's spread); offered = Poisson arrivals scheduled per second; err = failed answers "
               "(+ requests still unanswered when the point's drain time ran out); "
               "queue = TorchServe's queue time per request; "
               "batch = mean batch size formed; CPU in % of one core (frontend JVM / workers / load generator / "
@@ -183,8 +186,9 @@ def markdown(report: dict) -> str:
 
 
 def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: Mapping[str, ServerRun],
-          inprocess: dict, conditions: dict, command: str, slo_ms: float, smoke: bool = False) -> Path:
-    from benchmarks.bench import plots
+          inprocess: dict, conditions: dict, command: str, slo_ms: float, smoke: bool = False,
+          ceiling: Optional[Mapping[int, ServerRun]] = None) -> Path:
+    from benchmarks.bench import plots, served_path
     from benchmarks.serving.environment import describe_environment
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -209,9 +213,15 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
     if conditions["before"]["other_torchserve_pids"] or conditions["after"]["other_torchserve_pids"]:
         warnings.append("other TorchServe servers were running on this machine: numbers are noisy")
     overview = summarize(runs, inprocess, slo_ms)
+    batch_size = configuration["ours"]["batch_size"]
+    path = (served_path.summarize(runs["ours"], ceiling, inprocess["items_per_s"], batch_size,
+                                  overview["ours"]["slo_rps"]) if ceiling else None)
+    if path:
+        overview["sentences"].append(served_path.sentence(path, batch_size, inprocess["items_per_s"]))
     report = {
         "model": model, "created": stamp, "command": command, "configuration": configuration, "load": load,
-        "summary": overview, "results": results,
+        "summary": overview, "results": results, "served_path": path,
+        "ceiling": {str(size): [p.figures for p in run.points] for size, run in (ceiling or {}).items()},
         "reference": {"inprocess": inprocess, "stock": overview["stock"]},
         "conditions": conditions, "environment": describe_environment(),
         "warnings": warnings,
@@ -224,5 +234,9 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
             for p in run.points:
                 writer.writerow(csv_row(label, p.figures))
     plots.write_all(folder, runs, report["summary"])
-    (folder / "report.md").write_text(markdown(report))
+    text = markdown(report)
+    if path:  # after the summary table, before the points
+        section = "\n".join(served_path.markdown(path, batch_size, inprocess["items_per_s"]))
+        text = text.replace("## Points: ours", section + "\n## Points: ours", 1)
+    (folder / "report.md").write_text(text)
     return folder

@@ -140,6 +140,8 @@ class LoadResult:
             "level": self.level,
             "seconds": end - start,
             "windows": len(self.windows),
+            # The spread of the point: each reported window's own p99.
+            "window_p99_ms": [w.p99_ms for w in self.windows[len(self.windows) - self.rule.last:]],
             "stable": self.stable,
             "requests": len(inside),
             "ok": sum(1 for s in inside if s.ok),

@@ -36,6 +36,9 @@ class LoadPlan:
     connections: int = 64
     warmup_s: float = 5.0  # unmeasured load before the first point
     min_window_requests: int = 20  # open loop at low rates: longer windows (up to 4x) for this many arrivals
+    # Open loop: the reported windows together hold at least this many arrivals (a p99 over 300
+    # requests is the 3rd-worst answer; over 2,000 the 20th): windows lengthen at low rates.
+    point_requests: int = 2000
     wait_quiet_s: float = 0.0  # > 0: a point during which other processes were busy is measured again
 
     def to_json(self) -> dict:
@@ -137,7 +140,8 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
     rates = plan.rates or tuple(round(f * peak, 2) for f in plan.rate_fractions)
     for rate in (r for r in rates if r > 0):
         say(f"open loop, Poisson {rate:g} req/s")
-        window_s = min(4 * plan.window_s, max(plan.window_s, plan.min_window_requests / rate))
+        window_s = max(min(4 * plan.window_s, max(plan.window_s, plan.min_window_requests / rate)),
+                       plan.point_requests / (rate * plan.rule.last))
         results.append(measured(lambda: loadgen.open_loop(
             target, payloads, rate, plan.rule, window_s, plan.connections, seed=int(rate * 1000),
             drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))

@@ -8,8 +8,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from benchmarks.serving.errors import StartupError
-from benchmarks.serving.repo import DEFAULT_CONFIG
+from benchmarks.serving.errors import ConfigError, StartupError
+from benchmarks.serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from benchmarks.serving.ts_config import (
     ModelEntry,
     ModelSettings,
@@ -95,4 +95,25 @@ class LaunchSpec:
         if self.load:
             props["load_models"] = ",".join(f"{e.name}={e.archive}" for e in entries)
         props.update(self.extra_properties)
+        if "vmargs" in props:
+            props["vmargs"] = absolute_log_config(props["vmargs"], REPO_ROOT)
         return props
+
+
+LOG_CONFIG = "-Dlog4j.configurationFile="
+
+
+def absolute_log_config(vmargs: str, base_dir: Path) -> str:
+    """vmargs with a relative log4j2 file made absolute. TorchServe resolves it against the
+    directory it starts in, the repository root for `make serve`; the launcher's servers start in
+    their own directories. A missing file is an error here (log4j would fall back to its default)."""
+    words = []
+    for word in vmargs.split():
+        if word.startswith(LOG_CONFIG):
+            raw = word[len(LOG_CONFIG):].removeprefix("file://")
+            path = Path(raw) if Path(raw).is_absolute() else (base_dir / raw).resolve()
+            if not path.is_file():
+                raise ConfigError(f"vmargs: log4j2 configuration {path} not found (relative paths start at {base_dir})")
+            word = f"{LOG_CONFIG}{path}"
+        words.append(word)
+    return " ".join(words)

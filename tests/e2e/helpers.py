@@ -22,6 +22,7 @@ from build.catalogue import Catalogue
 from build.examples import Example, expected_top1, worker_input
 from build.export import served_settings
 from handlers.settings import HandlerSettings
+from tests.references import decoded
 
 
 class Request(NamedTuple):
@@ -91,7 +92,7 @@ def inprocess_answers(model: str, requests_: list[Request], tmp: Path, store: Pa
     answers = []
     for r in requests_:
         context.headers, context.statuses = {0: {"Content-Type": r.content_type}}, {}
-        answers.append(handler.handle([{"body": worker_input(r.body, r.content_type)}], context)[0])
+        answers.append(decoded(handler.handle([{"body": worker_input(r.body, r.content_type)}], context))[0])
         assert not context.statuses, context.statuses
     return answers
 

@@ -104,6 +104,26 @@ def test_numbers_consistent(report):
     assert summary["ours"]["slo_rps"] <= summary["ours"]["peak_rps"]
 
 
+def test_served_path_ceiling_and_breakdown(report_dir, report):
+    path = report["served_path"]
+    assert set(path["ceiling"]) == {"1", str(BATCH), "8"}
+    ours_peak = report["summary"]["ours"]["peak_rps"]
+    for size, row in path["ceiling"].items():
+        assert row["peak_rps"] > 0 and row["one_client_p50_ms"] > 0, size
+        noop = row["breakdown"]
+        # The no-op handler emits no stage metrics: the whole request is frontend and worker path.
+        assert noop["inference_ms"] == noop["decode_ms"] == 0.0, size
+    # Doing nothing is faster than running the model, on the same server values.
+    assert path["ceiling"][str(BATCH)]["peak_rps"] > ours_peak
+    assert 0 < path["combined_limit_rps"] < report["summary"]["inprocess_items_per_s"]
+    ours = path["ours_one_client"]
+    assert ours["inference_ms"] > 0 and ours["client_mean_ms"] > ours["inference_ms"]
+    assert abs(sum(ours[k] for k in ("outside_torchserve_ms", "queue_and_batching_wait_ms", "worker_round_trip_ms",
+                                     "decode_ms", "inference_ms", "postprocess_ms")) - ours["client_mean_ms"]) < 1e-6
+    markdown = (report_dir / "report.md").read_text()
+    assert "## Where the time goes" in markdown and "A no-op handler on the same server peaks at" in markdown
+
+
 def test_csv_and_markdown(report_dir, report):
     rows = list(csv.DictReader((report_dir / "results.csv").open()))
     points = report["results"]["ours"]["points"] + report["results"]["stock"]["points"]
@@ -119,7 +139,7 @@ NO_BASELINE = [m for m in MODELS if missing_baseline(Catalogue.load(CATALOGUE).e
 @pytest.mark.parametrize("model", NO_BASELINE[:1])
 def test_a_model_without_a_stock_baseline_says_so(model, tmp_path):
     command = [sys.executable, "-m", "benchmarks.bench", "--model", model, "--smoke", "--workers", "1",
-               "--out", str(tmp_path)]
+               "--no-ceiling", "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=420, check=False)
     assert done.returncode == 0, f"bench exited {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"
     (folder,) = list(tmp_path.iterdir())

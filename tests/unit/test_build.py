@@ -10,7 +10,7 @@ import yaml
 from benchmarks.serving.repo import CATALOGUE
 from build.__main__ import main as build_main
 from build.archive import archived_frontend_keys
-from tests.references import CAT_LABELS
+from tests.references import CAT_LABELS, decoded
 
 pytestmark = pytest.mark.unit
 
@@ -130,7 +130,7 @@ def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
     model_dir = extract(store / "ts.mar", tmp_path / "ts")
     handler, context = make_handler(model_dir, "ts")
     assert handler.settings.runtime.graph == "torchscript"
-    cat, coffee = handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context)
+    cat, coffee = decoded(handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context))
     assert max(coffee, key=coffee.get) == "espresso"
     assert max(cat, key=cat.get) in CAT_LABELS
 
@@ -173,7 +173,7 @@ def test_torchscript_and_exported_sources(tmp_path, capsys, kind):
     assert code == 0, out
     handler, context = make_handler(extract(store / "tiny.mar", tmp_path / "tiny"), "tiny")
     assert handler.settings.runtime.graph == "torchscript"
-    (answer,) = handler.handle([{"body": {"inputs": [0.1, 0.2, 0.3, 0.4]}}], context)
+    (answer,) = decoded(handler.handle([{"body": {"inputs": [0.1, 0.2, 0.3, 0.4]}}], context))
     with torch.no_grad():
         expected = module(torch.tensor([[0.1, 0.2, 0.3, 0.4]])).softmax(-1)[0]
     best = int(expected.argmax())

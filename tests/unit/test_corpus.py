@@ -24,6 +24,7 @@ from benchmarks.reliability.corpus import (
 from benchmarks.serving.repo import CATALOGUE
 from build.catalogue import Catalogue
 from build.examples import worker_input
+from tests.references import decoded
 
 from .conftest import make_handler
 
@@ -61,7 +62,7 @@ def answer_ok(settings, answer) -> bool:
 def run_batch(handler, context, batch):
     context.statuses.clear()
     context.headers = {i: {"Content-Type": c.content_type} for i, c in enumerate(batch) if c.content_type}
-    answers = handler.handle([{"body": worker_input(c.body, c.content_type)} for c in batch], context)
+    answers = decoded(handler.handle([{"body": worker_input(c.body, c.content_type)} for c in batch], context))
     failures = []
     for i, (case, answer) in enumerate(zip(batch, answers)):
         status, _ = context.statuses.get(i, (200, ""))

@@ -8,7 +8,7 @@ from PIL import Image
 
 from benchmarks.load.inputs import photo_bytes, requests
 from handlers.families.labels import load_labels
-from tests.references import CAT_LABELS, image_probabilities
+from tests.references import CAT_LABELS, decoded, image_probabilities
 
 from .conftest import encode, make_handler, png_of
 
@@ -41,7 +41,7 @@ def test_labels_are_real_imagenet_names(archive_dirs):
 @pytest.mark.parametrize("fixture", ["served", "eager_fp32"])
 def test_real_photos(request, fixture, photos):
     handler, context = request.getfixturevalue(fixture)
-    cat, coffee = handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context)
+    cat, coffee = decoded(handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context))
     assert top1(cat) in CAT_LABELS
     assert top1(coffee) == "espresso"
     assert len(cat) == 5 and list(cat.values()) == sorted(cat.values(), reverse=True)
@@ -53,7 +53,7 @@ def test_jpeg_draft_decoding_keeps_top1(served, eager_fp32, photos):
              for p in (photos["cat"], photos["coffee"])]
     big = encode(Image.open(io.BytesIO(photos["coffee"])).convert("RGB").resize((1600, 1066)), "JPEG")
     for handler, context in (served, eager_fp32):
-        answers = handler.handle([{"body": b} for b in jpegs + [big]], context)
+        answers = decoded(handler.handle([{"body": b} for b in jpegs + [big]], context))
         assert top1(answers[0]) in CAT_LABELS
         assert top1(answers[1]) == "espresso" and top1(answers[2]) == "espresso"
 
@@ -68,7 +68,7 @@ def test_top1_agrees_with_the_independent_reference(request, fixture):
     """
     handler, context = request.getfixturevalue(fixture)
     photos = {**photo_bytes(), **{f"example {i}": r.body for i, r in enumerate(requests("efficientnet_lite0"))}}
-    ours = handler.handle([{"body": b} for b in photos.values()], context)
+    ours = decoded(handler.handle([{"body": b} for b in photos.values()], context))
     decided = 0
     for name, mine, ref in zip(photos, ours, image_probabilities(list(photos.values()))):
         (first, p1), (second, p2) = list(ref.items())[:2]
@@ -96,8 +96,8 @@ def test_every_valid_mode_is_classified(served, photos):
     }
     handler, context = served
     context.statuses.clear()
-    answers = handler.handle([{"body": b} for b in modes.values()] + [{"body": png_of(np.zeros((1, 1, 3), np.uint8))}],
-                             context)
+    answers = decoded(handler.handle([{"body": b} for b in modes.values()] + [{"body": png_of(np.zeros((1, 1, 3), np.uint8))}],
+                             context))
     assert context.statuses == {}
     for mode, answer in zip(modes, answers):
         assert top1(answer) == "espresso", (mode, answer)
@@ -132,7 +132,7 @@ def test_bad_inputs_fail_alone(served, photos):
     context.statuses.clear()
     bodies = {**{k: v[0] for k, v in BAD.items()}, "truncated png": photos["cat"][: len(photos["cat"]) // 2]}
     batch = [{"body": photos["coffee"]}] + [{"body": b} for b in bodies.values()] + [{"body": photos["cat"]}]
-    answers = handler.handle(batch, context)
+    answers = decoded(handler.handle(batch, context))
     assert top1(answers[0]) == "espresso" and top1(answers[-1]) in CAT_LABELS
     for i, (name, (_, status, words)) in enumerate(BAD.items(), start=1):
         assert context.statuses[i][0] == status, name
@@ -144,7 +144,7 @@ def test_bad_inputs_fail_alone(served, photos):
 def test_all_bad_batch_skips_inference(served):
     handler, context = served
     context.metrics.calls.clear()
-    answers = handler.handle([{"body": b""}, {"body": b"x"}], context)
+    answers = decoded(handler.handle([{"body": b""}, {"body": b"x"}], context))
     assert [a["code"] for a in answers] == [400, 400]
     assert not any(name == "HandlerInferenceMs" for _, name, _, _ in context.metrics.calls)
     context.statuses.clear()
@@ -153,7 +153,7 @@ def test_all_bad_batch_skips_inference(served):
 def test_stage_metrics_emitted(served, photos):
     handler, context = served
     context.metrics.calls.clear()
-    handler.handle([{"body": photos["cat"]}] * 3, context)
+    decoded(handler.handle([{"body": photos["cat"]}] * 3, context))
     names = {name: (value, dims) for _, name, value, dims in context.metrics.calls}
     for stage in ("HandlerPreprocessMs", "HandlerInferenceMs", "HandlerPostprocessMs"):
         assert names[stage][0] > 0

@@ -4,6 +4,7 @@ import pytest
 
 from handlers.errors import BadInput, PayloadTooLarge
 from handlers.families.text_embedder import TextSettings, text_from_body
+from tests.references import decoded
 
 from .conftest import make_handler
 
@@ -21,8 +22,8 @@ def test_lone_surrogate_fails_alone_not_its_batch(served):
     """Was: the tokenizer raised TypeError in collate, failing every request of the batch with a 500."""
     handler, context = served
     context.statuses.clear()
-    answers = handler.handle([{"body": {"text": "fine"}}, {"body": {"text": "bad \ud800 half"}},
-                              {"body": "also fine"}], context)
+    answers = decoded(handler.handle([{"body": {"text": "fine"}}, {"body": {"text": "bad \ud800 half"}},
+                              {"body": "also fine"}], context))
     assert set(context.statuses) == {1} and context.statuses[1][0] == 400
     assert "surrogate" in answers[1]["message"]
     assert len(answers[0]["embedding"]) == 384 and len(answers[2]["embedding"]) == 384

@@ -10,6 +10,7 @@ import pytest
 from build.examples import worker_input
 from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
 from handlers.families.tensor import NPY, TensorSettings, decode_tensor
+from tests.references import decoded
 
 from .conftest import make_handler
 
@@ -31,7 +32,7 @@ def npy(array) -> bytes:
 
 def answer(handler, context, body: bytes, content_type: str):
     context.headers, context.statuses = {0: {"Content-Type": content_type}}, {}
-    result = handler.handle([{"body": worker_input(body, content_type)}], context)[0]
+    result = decoded(handler.handle([{"body": worker_input(body, content_type)}], context))[0]
     assert not context.statuses, context.statuses
     return result
 
@@ -105,7 +106,7 @@ def test_an_error_no_check_foresaw_is_that_requests_500(digits, repo_root, monke
     monkeypatch.setattr(handler.family, "decode", buggy)
     scan = {"inputs": np.load(repo_root / "models/digits/example_6.npy").tolist()}
     context.headers, context.statuses = {0: {"Content-Type": "application/octet-stream"}}, {}
-    answers = handler.handle([{"body": b"trips a bug"}, {"body": scan}], context)
+    answers = decoded(handler.handle([{"body": b"trips a bug"}, {"body": scan}], context))
     assert context.statuses[0][0] == 500 and answers[0]["code"] == 500 and 1 not in context.statuses
     assert list(answers[1])[0] == "6"
     assert "unexpected error decoding request 0" in caplog.text and "KeyError" in caplog.text

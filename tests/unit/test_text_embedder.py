@@ -6,7 +6,7 @@ import torch
 
 from handlers import runtime
 from handlers.families.pooling import mean_pool
-from tests.references import text_embeddings
+from tests.references import decoded, text_embeddings
 
 from .conftest import make_handler
 
@@ -36,7 +36,7 @@ def fp32(eager_archive_dirs):
 
 
 def embed(handler, context, texts):
-    answers = handler.handle([{"body": {"text": t}} for t in texts], context)
+    answers = decoded(handler.handle([{"body": {"text": t}} for t in texts], context))
     return np.array([a["embedding"] for a in answers])
 
 
@@ -95,14 +95,14 @@ def test_dynamic_padding_to_bucket(served):
 
 def test_over_long_text_is_truncated_not_rejected(served):
     handler, context = served
-    answer = handler.handle([{"body": "lorem ipsum " * 50000}], context)[0]
+    answer = decoded(handler.handle([{"body": "lorem ipsum " * 50000}], context))[0]
     assert len(answer["embedding"]) == 384 and 0 not in context.statuses
 
 
 def test_plain_text_and_json_bytes(served, reference):
     handler, context = served
     context.headers = {0: {"Content-Type": "text/plain; charset=utf-8"}, 1: {"content-type": "application/json"}}
-    answers = handler.handle([{"body": SENTENCES[0].encode()}, {"body": b'{"text": "A man is eating food."}'}], context)
+    answers = decoded(handler.handle([{"body": SENTENCES[0].encode()}, {"body": b'{"text": "A man is eating food."}'}], context))
     for answer in answers:
         assert np.dot(answer["embedding"], reference[0]) > 0.99
     context.headers = {}
@@ -126,7 +126,7 @@ def test_bad_inputs_fail_alone(served, reference):
     handler, context = served
     batch = [{"body": {"text": SENTENCES[0]}}] + [request for request, _, _, _ in BAD] + [{"body": SENTENCES[1]}]
     context.headers = {i: headers for i, (_, headers, _, _) in enumerate(BAD, start=1)}
-    answers = handler.handle(batch, context)
+    answers = decoded(handler.handle(batch, context))
     for i, (request, _, status, words) in enumerate(BAD, start=1):
         assert context.statuses[i][0] == status and answers[i]["code"] == status, answers[i]
         assert words in answers[i]["message"], answers[i]

@@ -1,0 +1,36 @@
+"""The launcher's config for its servers: the repository's log4j2 file found from any directory,
+and a batch delay TorchServe would misread refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.serving.errors import ConfigError
+from benchmarks.serving.launch_spec import absolute_log_config
+from benchmarks.serving.repo import DEFAULT_CONFIG, REPO_ROOT
+from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+
+
+def test_the_shipped_config_points_at_the_shipped_log4j2_file():
+    vmargs = ServerConfig.load(DEFAULT_CONFIG).get("vmargs")
+    assert absolute_log_config(vmargs, REPO_ROOT) == f"-Dlog4j.configurationFile={REPO_ROOT / 'log4j2.xml'}"
+
+
+def test_relative_paths_start_at_the_given_root_and_other_words_stay(tmp_path):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "log.xml").write_text("<Configuration/>")
+    got = absolute_log_config("-Xmx1g -Dlog4j.configurationFile=conf/log.xml -XX:+AlwaysPreTouch", tmp_path)
+    assert got == f"-Xmx1g -Dlog4j.configurationFile={tmp_path / 'conf' / 'log.xml'} -XX:+AlwaysPreTouch"
+    assert absolute_log_config("-Xmx1g", tmp_path) == "-Xmx1g"
+
+
+def test_a_missing_log4j2_file_is_an_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match="vmargs: log4j2 configuration .*nope.xml not found"):
+        absolute_log_config("-Dlog4j.configurationFile=nope.xml", tmp_path)
+
+
+def test_a_zero_batch_delay_is_refused():
+    # TorchServe 0.12 reads maxBatchDelay 0 as unset and waits 100 ms for every partial batch.
+    with pytest.raises(ConfigError, match="max_batch_delay_ms must be >= 1"):
+        ModelSettings(batch_size=4, max_batch_delay_ms=0)
+    assert ModelSettings(batch_size=4, max_batch_delay_ms=1).max_batch_delay_ms == 1
