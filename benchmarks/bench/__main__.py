@@ -102,6 +102,9 @@ def parser() -> argparse.ArgumentParser:
                    help="open loop: concurrent connections at most (default: %(default)s)")
     g.add_argument("--point-requests", type=int, default=2000,
                    help="open loop: arrivals per point at least, over its reported windows (default: %(default)s)")
+    g.add_argument("--capacity-points", type=int, default=4,
+                   help="open loop: up to this many more points bisect the highest rate within the p99 target, "
+                        "as the tuner does (0: the listed rates only; default: %(default)s)")
     g.add_argument("--window-s", type=float, default=5.0, help="measurement window (default: %(default)s)")
     g.add_argument("--max-windows", type=int, default=8,
                    help="measured windows per point at most (default: %(default)s)")
@@ -145,7 +148,10 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
     for name in ("window_s", "max_windows", "stable_windows", "max_concurrency", "connections", "inprocess_seconds"):
         if getattr(args, name) <= 0:
             raise BenchmarkError(f"--{name.replace('_', '-')} must be > 0")
+    if args.capacity_points < 0:
+        raise BenchmarkError("--capacity-points must be >= 0")
     if args.smoke:
+        args.capacity_points = 0
         args.window_s, args.max_windows, args.stable_windows = 1.0, 3, 3
         args.concurrency, args.rate_fractions = args.concurrency or (1, 4), (0.5,)
         args.inprocess_seconds, args.warmup_s = min(args.inprocess_seconds, 2.0), 2.0
@@ -162,9 +168,10 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         rates=args.rates or (), rate_fractions=args.rate_fractions, rule=rule, window_s=args.window_s,
         connections=args.connections, warmup_s=args.warmup_s, min_window_requests=0 if args.smoke else 20,
         point_requests=0 if args.smoke else args.point_requests,
-        wait_quiet_s=args.wait_quiet,
+        wait_quiet_s=args.wait_quiet, capacity_points=args.capacity_points, slo_ms=args.slo_ms or entry.slo_ms,
     )
-    stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else plan.levels)
+    # The baseline's capacity is not searched: it rarely meets the target at all, and its low rates are slow.
+    stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else plan.levels, capacity_points=0)
     return BenchConfig(
         model=args.model, settings=settings, threads=args.threads, plan=plan, stock_plan=stock_plan,
         slo_ms=args.slo_ms or entry.slo_ms, base_config=Path(args.config).resolve(),

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.load import loadgen, stats
+from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate, kept_up
 from benchmarks.load.loadgen import LoadResult, Payload, Target
 from benchmarks.load.stats import StabilityRule
 from benchmarks.serving import resources, server_metrics
@@ -40,11 +41,19 @@ class LoadPlan:
     # requests is the 3rd-worst answer; over 2,000 the 20th): windows lengthen at low rates.
     point_requests: int = 2000
     wait_quiet_s: float = 0.0  # > 0: a point during which other processes were busy is measured again
+    # After the listed rates: up to this many more open-loop points bisect the highest rate within
+    # slo_ms (benchmarks.load.capacity, the tuner's search), so the capacity is not the nearest
+    # listed rate below it. 0 or no slo_ms: the listed rates only.
+    capacity_points: int = 0
+    slo_ms: Optional[float] = None
 
     def to_json(self) -> dict:
         out = asdict(self)
         out["rule"] = asdict(self.rule)
         return out
+
+    def capacity_settings(self) -> RateSettings:
+        return RateSettings(max_points=self.capacity_points)
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,36 @@ class Point:
 
     figures: dict
     latencies_ms: Tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class OpenPoint:
+    """A point's figures as the capacity search reads them (benchmarks.load.capacity.RatePoint)."""
+
+    figures: dict
+
+    @property
+    def rate_rps(self) -> float:
+        return float(self.figures["level"])
+
+    @property
+    def offered_rps(self) -> float:
+        return float(self.figures.get("offered_rps") or self.figures["level"])
+
+    @property
+    def achieved_rps(self) -> float:
+        return float(self.figures["throughput_rps"])
+
+    @property
+    def p99_ms(self) -> Optional[float]:
+        return (self.figures["latency_ms"] or {}).get("p99_ms")
+
+    def passes(self, slo_ms: float) -> bool:
+        """Open loop (closed-loop clients wait for answers before sending, so their p99 hides the
+        queueing a latency target is about), every request answered, within the target, kept up."""
+        f = self.figures
+        return (f["mode"] == "open" and self.p99_ms is not None and not f["errors"] and not f["unanswered"]
+                and self.p99_ms <= slo_ms and kept_up(self.achieved_rps, self.offered_rps))
 
 
 @dataclass(frozen=True)
@@ -138,16 +177,35 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
         plan.min_gain_pct, say)
     peak = max(r.figures()["throughput_rps"] for r in results)
     rates = plan.rates or tuple(round(f * peak, 2) for f in plan.rate_fractions)
-    for rate in (r for r in rates if r > 0):
+
+    def open_point(rate: float) -> OpenPoint:
         say(f"open loop, Poisson {rate:g} req/s")
         window_s = max(min(4 * plan.window_s, max(plan.window_s, plan.min_window_requests / rate)),
                        plan.point_requests / (rate * plan.rule.last))
         results.append(measured(lambda: loadgen.open_loop(
             target, payloads, rate, plan.rule, window_s, plan.connections, seed=int(rate * 1000),
             drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))
+        return OpenPoint(results[-1].figures())
+
+    listed = [open_point(rate) for rate in rates if rate > 0]
+    if plan.capacity_points and plan.slo_ms and listed:
+        found = capacity_search(open_point, listed, plan.slo_ms, plan.capacity_settings())
+        best = f"{found.best.achieved_rps:.1f} req/s" if found.best else "no rate"
+        say(f"capacity search: {len(found.points)} more point(s); {best} within p99 <= {plan.slo_ms:g} ms")
     return ServerRun(label, tuple(point(r, model, any(r is a for a in again)) for r in results),
                      worker_threads(ts, model),
                      {k: description.get(k) for k in FRONTEND_KEYS} | {"workers": workers})
+
+
+def capacity_search(probe: Callable[[float], OpenPoint], listed: Sequence[OpenPoint], slo_ms: float,
+                    settings: RateSettings) -> RateSearch:
+    """Bisect between the listed points (up from the highest passing one, or down from the lowest)."""
+    passing = [p for p in listed if p.passes(slo_ms)]
+    if passing:
+        start = max(p.rate_rps for p in passing) * settings.step
+    else:
+        start = min(p.rate_rps for p in listed) / settings.step
+    return find_max_rate(probe, start, slo_ms, settings, known=listed)
 
 
 # -- what a set of points says ----------------------------------------------------------------
@@ -158,12 +216,8 @@ def peak(points: Sequence[Point]) -> Optional[dict]:
 
 
 def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
-    """The highest-throughput open-loop point with no failed or unanswered request whose p99 is
-    within slo_ms. Closed-loop points do not count: their clients wait for answers before sending,
-    so their p99 hides the queueing a latency target is about (coordinated omission)."""
-    fitting = [p.figures for p in points
-               if p.figures["mode"] == "open" and p.figures["latency_ms"] and not p.figures["errors"]
-               and not p.figures["unanswered"] and p.figures["latency_ms"]["p99_ms"] <= slo_ms]
+    """The highest-throughput point that passes (OpenPoint.passes: the tuner's rule too)."""
+    fitting = [p.figures for p in points if OpenPoint(p.figures).passes(slo_ms)]
     return max(fitting, key=lambda f: f["throughput_rps"], default=None)
 
 

@@ -83,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--rate-resolution", type=float, default=1.06, help="bracket ratio at which a rate search stops")
     g.add_argument("--max-points", type=int, default=6, help="open-loop points per candidate at most")
     g.add_argument("--fit-seconds", type=float, default=1.5, help="in-process time per (threads, batch size)")
+    g.add_argument("--tie-pct", type=float, default=10.0,
+                   help="prefer a shorter batch delay whose capacity is within this %% of the best (low-load latency); "
+                        "0: capacity alone")
     g.add_argument("--grid", action="store_true", help="also measure every candidate (model-free), to compare")
     g = p.add_argument_group("load (one open-loop point)")
     g.add_argument("--window-s", type=float, default=2.0)
@@ -91,6 +94,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stability-pct", type=float, default=15.0)
     g.add_argument("--warmup-s", type=float, default=3.0, help="unmeasured load after each server start")
     g.add_argument("--connections", type=int, default=64)
+    g.add_argument("--point-requests", type=int, default=2000,
+                   help="arrivals per point at least, over its measured windows (windows lengthen at low rates)")
     g.add_argument("--wait-quiet", type=float, metavar="SECONDS",
                    help="shared machines: before the fit and each server start, wait up to this long for no other "
                         "TorchServe and CPU under 20%%, and repeat points other processes disturbed (also with "

@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
-from benchmarks.tune.rates import Measurer, RateSettings
+from benchmarks.load.capacity import RateSettings
+from benchmarks.tune.rates import Measurer
 from benchmarks.tune.results import CandidateResult
 from benchmarks.tune.search import Fixed, Progress, Proposal, run
 

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from benchmarks.load import loadgen, runner
+from benchmarks.load.capacity import kept_up
 from benchmarks.load.stats import StabilityRule
 from benchmarks.serving import resources, server_metrics
 from benchmarks.serving.launcher import TorchServe
 from benchmarks.tune.fit import NOISY_OTHERS_PCT
-from benchmarks.tune.results import KEEP_UP, Point
+from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate
 
 Progress = Callable[[str], None]
@@ -36,10 +37,17 @@ class LoadSettings:
                                                                      warmup=1))
     connections: int = 64
     warmup_s: float = 3.0  # unmeasured load after each server start
+    # The reported windows of a point hold at least this many arrivals (windows lengthen at low
+    # rates): a p99 over 2,000 requests is the 20th-worst answer, over 300 the 3rd-worst.
+    point_requests: int = 2000
+
+    def window_at(self, rate_rps: float, window_s: Optional[float] = None) -> float:
+        """One window's length at this rate (the benchmark's rule, benchmarks.load.runner)."""
+        return max(window_s or self.window_s, self.point_requests / (max(rate_rps, 1e-9) * self.rule.last))
 
     def to_json(self) -> dict:
         return {"window_s": self.window_s, "rule": dict(self.rule.__dict__), "connections": self.connections,
-                "warmup_s": self.warmup_s}
+                "warmup_s": self.warmup_s, "point_requests": self.point_requests}
 
 
 def point_from(result: loadgen.LoadResult, model: str, candidate: Candidate, seconds: float,
@@ -164,7 +172,7 @@ class ServedMeasurer:
             # 275. A near miss is measured again with windows twice as long, and that longer
             # point decides (more samples per percentile, not a second roll of the dice).
             self.progress(f"  p99 {point.p99_ms:.1f} ms just over the SLO: measuring again, twice as long")
-            longer = self._measure(candidate, rate, 0.0, window_s=2 * self.plan.load.window_s)
+            longer = self._measure(candidate, rate, 0.0, window_s=2 * self.plan.load.window_at(rate))
             point = replace(longer, seconds=round(longer.seconds + point.seconds, 2), overhead_s=point.overhead_s)
         return point
 
@@ -172,7 +180,7 @@ class ServedMeasurer:
         """Failed the SLO by at most NEAR_MISS with every request answered at the offered rate."""
         slo = self.plan.slo_ms
         return (point.p99_ms is not None and slo < point.p99_ms <= NEAR_MISS * slo
-                and point.errors == 0 and point.achieved_rps >= KEEP_UP * point.offered_rps)
+                and point.errors == 0 and kept_up(point.achieved_rps, point.offered_rps))
 
     def _disturbed(self, point: Point) -> bool:
         """Noise only ever slows a server down: a point that passed under it stands, and so does
@@ -193,7 +201,7 @@ class ServedMeasurer:
 
         self.progress(f"  open loop at {rate:.1f} req/s")
         began = time.perf_counter()
-        window_s = window_s or self.plan.load.window_s
+        window_s = self.plan.load.window_at(rate, window_s)
         result = loadgen.open_loop(target, payloads, rate, self.plan.load.rule, window_s,
                                    self.plan.load.connections, seed=int(rate * 1000) % 2**31,
                                    drain_s=max(5.0, 2 * window_s), probe=probe,

@@ -17,7 +17,7 @@ from benchmarks.load.stats import StabilityRule
 from benchmarks.serving.repo import REPO_ROOT, shown
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.measure import LoadSettings
-from benchmarks.tune.rates import RateSettings
+from benchmarks.load.capacity import RateSettings
 from benchmarks.tune.search import SearchSettings
 from benchmarks.tune.space import PRESETS, Space, preset
 
@@ -26,10 +26,10 @@ from benchmarks.tune.space import PRESETS, Space, preset
 RECORD_KEYS = ("model", "slo_ms", "cores", "config", "model_store", "out", "space", "workers", "batch_sizes",
                "delays", "min_gain_pct", "max_candidates", "patience", "rate_step", "rate_resolution",
                "max_points", "fit_seconds", "grid", "window_s", "max_windows", "stable_windows", "stability_pct",
-               "warmup_s", "connections", "no_defaults", "no_write", "no_verify")
+               "warmup_s", "connections", "point_requests", "tie_pct", "no_defaults", "no_write", "no_verify")
 # The smallest value each numeric option may take ("above" excludes the bound itself).
 _AT_LEAST = {"cores": 1, "max_candidates": 1, "patience": 1, "max_points": 1, "max_windows": 1,
-             "stable_windows": 1, "connections": 1, "warmup_s": 0}
+             "stable_windows": 1, "connections": 1, "warmup_s": 0, "point_requests": 0, "tie_pct": 0}
 _ABOVE = {"slo_ms": 0, "min_gain_pct": 0, "rate_step": 1, "rate_resolution": 1, "fit_seconds": 0, "window_s": 0,
           "stability_pct": 0}
 
@@ -73,6 +73,8 @@ class TuneOptions:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not low_ok:
                 bound = f"at least {_AT_LEAST[key]}" if key in _AT_LEAST else f"above {_ABOVE[key]}"
                 raise TuneError(f"--{key.replace('_', '-')} must be a number {bound}, got {value!r}")
+        if r["tie_pct"] >= 100:
+            raise TuneError(f"--tie-pct must be below 100 (a share of the best capacity), got {r['tie_pct']!r}")
         if r["space"] not in PRESETS:
             raise TuneError(f"--space {r['space']!r}: choose one of {', '.join(PRESETS)}")
         if wait_quiet_s < 0:
@@ -86,8 +88,9 @@ class TuneOptions:
             model=str(r["model"]), slo_ms=float(r["slo_ms"]),
             space=preset(r["space"], r["cores"], r["workers"], r["batch_sizes"], r["delays"]),
             search=SearchSettings(r["min_gain_pct"], r["max_candidates"], r["patience"],
-                                  RateSettings(r["rate_step"], r["rate_resolution"], r["max_points"])),
-            load=LoadSettings(r["window_s"], rule, r["connections"], r["warmup_s"]),
+                                  RateSettings(r["rate_step"], r["rate_resolution"], r["max_points"]),
+                                  float(r["tie_pct"])),
+            load=LoadSettings(r["window_s"], rule, r["connections"], r["warmup_s"], int(r["point_requests"])),
             fit_seconds=float(r["fit_seconds"]),
             steps=Steps(defaults=not r["no_defaults"], grid=bool(r["grid"]), write=not r["no_write"],
                         verify=not r["no_verify"]),

@@ -1,6 +1,7 @@
 """One model's tuning run, as a pipeline:
 
-    in-process fit -> TorchServe's defaults -> model-guided search [-> grid -> head to head]
+    in-process fit -> TorchServe's defaults -> model-guided search -> the shortest delay
+      [-> grid -> head to head]
       -> write config.properties -> verify from the written file -> report
 
 Each step gets the frozen part of the options it uses. Every served point goes through one
@@ -24,7 +25,7 @@ from benchmarks.tune.measure import ServedMeasurer, ServePlan
 from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.outcome import WritePlan, write_and_verify
 from benchmarks.tune.results import best_of
-from benchmarks.tune.search import Fixed, ModelGuided, Proposal, run
+from benchmarks.tune.search import Fixed, ModelGuided, Proposal, run, shorter_delay
 from benchmarks.tune.service_model import FitPoint, ServiceModel
 from benchmarks.tune.space import torchserve_defaults
 from build.archive import build_entry
@@ -75,6 +76,7 @@ def tune_model(options: TuneOptions, progress: Progress,
         guided = ModelGuided(space.candidates(), service, slo, options.search,
                              (defaults_result,) if defaults_result else (), progress)
         result = guided.result(run(guided, measurer, slo, progress))
+        result = shorter_delay(result, space, measurer, slo, options.search, progress)
         if steps.grid:
             grid = run(Fixed.grid(space.candidates()), measurer, slo, progress).results
             judged = head_to_head(result.chosen, best_of(grid), slo, measurer, progress)

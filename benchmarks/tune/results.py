@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
+from benchmarks.load.capacity import kept_up
 from benchmarks.tune.service_model import Prediction
 from benchmarks.tune.space import Candidate
-
-# Served throughput below this share of the offered rate means the server did not keep up.
-KEEP_UP = 0.95
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,7 @@ class Point:
 
     def passes(self, slo_ms: float) -> bool:
         return (self.p99_ms is not None and self.p99_ms <= slo_ms and self.errors == 0
-                and self.achieved_rps >= KEEP_UP * self.offered_rps)
+                and kept_up(self.achieved_rps, self.offered_rps))
 
     def to_json(self) -> dict:
         out = dict(self.__dict__)

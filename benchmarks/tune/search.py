@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from benchmarks.tune.rates import Measurer, RateSettings, evaluate
+from benchmarks.load.capacity import RateSettings
+from benchmarks.tune.rates import Measurer, evaluate
 from benchmarks.tune.results import CandidateResult, best_of
 from benchmarks.tune.service_model import Observation, Prediction, ServiceModel
-from benchmarks.tune.space import Candidate
+from benchmarks.tune.space import MIN_DELAY_MS, Candidate, Space
 
 Progress = Callable[[str], None]
 # Where a candidate starts when the model predicts it cannot meet the SLO at all: this share of its capacity.
@@ -101,10 +102,13 @@ class SearchSettings:
     max_candidates: int = 6
     patience: int = 2
     rates: RateSettings = field(default_factory=RateSettings)
+    # A shorter batch delay wins when its capacity is within this % of the best: at low load
+    # every request waits up to the delay for a batch that does not fill.
+    tie_pct: float = 10.0
 
     def to_json(self) -> dict:
         return {"min_gain_pct": self.min_gain_pct, "max_candidates": self.max_candidates,
-                "patience": self.patience, "rates": self.rates.to_json()}
+                "patience": self.patience, "rates": self.rates.to_json(), "tie_pct": self.tie_pct}
 
 
 @dataclass(frozen=True)
@@ -221,3 +225,42 @@ class ModelGuided:
     def result(self, searched: Run) -> SearchResult:
         return SearchResult(self.prior + searched.results, best_of(self.choosable + list(searched.results)),
                             searched.stop_reason, self.model, self.first or (), tuple(self.ranked(self.candidates)))
+
+
+def _delay(result: CandidateResult) -> int:
+    return result.candidate.behaviour[3]  # 0 for batch size 1: no wait at all
+
+
+def preferred(results: Sequence[CandidateResult], tie_pct: float) -> Optional[CandidateResult]:
+    """The capacity winner, unless a candidate within `tie_pct` of it waits less for its batches:
+    then the best of those with the shortest delay (1 ms more counts as the same: the smallest
+    delay TorchServe fills batches with)."""
+    best = best_of(results)
+    if best is None:
+        return None
+    close = [r for r in results if r.best is not None and r.throughput_rps >= best.throughput_rps * (1 - tie_pct / 100)]
+    shortest = min(_delay(r) for r in close)
+    return best_of([r for r in close if _delay(r) <= shortest + MIN_DELAY_MS])
+
+
+def shorter_delay(result: SearchResult, space: Space, measurer: Measurer, slo_ms: float,
+                  settings: SearchSettings, progress: Progress = print) -> SearchResult:
+    """The search ranks by capacity alone, where a longer delay costs nothing. At low load it costs
+    every request the delay: measure the chosen workers and batch size at the space's shortest
+    delay too (unless measured), then choose by `preferred`. A tie of 0: capacity alone decides,
+    nothing more is measured."""
+    if result.chosen is None or settings.tie_pct <= 0:
+        return result
+    behaviours = {c.behaviour for c in space.candidates()}
+    results = list(result.results)
+    chosen = result.chosen.candidate
+    shorter = replace(chosen, max_batch_delay_ms=min(space.delays_ms))
+    if shorter.behaviour != chosen.behaviour and shorter.behaviour not in {r.candidate.behaviour for r in results}:
+        progress(f"{chosen.label} chosen by capacity; measuring it at delay {shorter.max_batch_delay_ms} ms too")
+        start = result.chosen.best.rate_rps
+        results += run(Fixed([Proposal(shorter, start)], "delay", settings.rates), measurer, slo_ms, progress).results
+    choice = preferred([r for r in results if r.candidate.behaviour in behaviours], settings.tie_pct)
+    if choice is not None and choice.candidate != chosen:
+        progress(f"chosen: {choice.candidate.label}, {choice.throughput_rps:.1f} req/s (within {settings.tie_pct:g}% "
+                 f"of {result.chosen.throughput_rps:.1f}, shorter wait at low load)")
+    return replace(result, results=tuple(results), chosen=choice)

@@ -302,3 +302,44 @@ def test_latency_target_counts_open_loop_points_only():
     assert best_within(points, 50.0)["throughput_rps"] == 150.0  # closed 300 has the better p99 but hides queueing
     assert peak(points)["throughput_rps"] == 300.0
     assert best_within(points[:1], 50.0) is None
+
+
+def test_a_point_that_does_not_keep_up_does_not_pass():
+    from benchmarks.load.runner import OpenPoint
+
+    behind = dict(_point("open", 300.0, 40.0).figures, offered_rps=400.0)  # served 75% of what was sent
+    assert not OpenPoint(behind).passes(50.0)
+    assert OpenPoint(_point("open", 300.0, 40.0).figures).passes(50.0)
+    assert not OpenPoint(dict(_point("open", 300.0, 40.0).figures, unanswered=3)).passes(50.0)
+
+
+def test_capacity_search_bisects_between_the_listed_rates():
+    """The benchmark's listed rates bracket the capacity coarsely (here 200 passes, 300 does not);
+    the search measures only between them, to the tuner's resolution."""
+    from benchmarks.load.capacity import RateSettings
+    from benchmarks.load.runner import OpenPoint, capacity_search
+
+    def server(rate: float) -> OpenPoint:  # p99 crosses 50 ms at 260 req/s
+        return OpenPoint(_point("open", rate, 50.0 * (rate / 260.0) ** 4).figures)
+
+    probed = []
+
+    def probe(rate: float) -> OpenPoint:
+        probed.append(rate)
+        return server(rate)
+
+    listed = [server(100.0), server(200.0), server(300.0)]
+    found = capacity_search(probe, listed, 50.0, RateSettings(max_points=6))
+    assert probed and all(200.0 < r < 300.0 for r in probed)
+    assert 260.0 / 1.06 <= found.best.rate_rps <= 260.0
+    # Every listed rate passes: it climbs from the highest; none passes: it steps down from the lowest.
+    probed.clear()
+    found = capacity_search(probe, listed[:2], 50.0, RateSettings(max_points=6))
+    assert probed[0] == 250.0 and 260.0 / 1.06 <= found.best.rate_rps <= 260.0
+    probed.clear()
+    found = capacity_search(probe, [server(400.0)], 50.0, RateSettings(max_points=6))
+    assert probed[0] == 320.0 and found.best is not None and found.best.rate_rps <= 260.0
+    # Bracketed to the resolution already: nothing more to measure.
+    probed.clear()
+    capacity_search(probe, [server(255.0), server(265.0)], 50.0, RateSettings(max_points=6))
+    assert probed == []

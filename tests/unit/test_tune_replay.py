@@ -48,7 +48,12 @@ class NoServer:
 def test_committed_run_replays_point_for_point(tmp_path, model_store):
     folder = shutil.copytree(REPORTS / RUN, tmp_path / RUN)
     recorded = json.loads((folder / "report.json").read_text())
-    record = json.loads((folder / "checkpoint.json").read_text())["identity"]
+    saved = json.loads((folder / "checkpoint.json").read_text())
+    # The run predates these options; what it did is what they now say: fixed windows, whatever the
+    # rate, and capacity alone choosing (no shorter-delay point).
+    saved["identity"].update(point_requests=0, tie_pct=0)
+    (folder / "checkpoint.json").write_text(json.dumps(saved))
+    record = saved["identity"]
     options = TuneOptions.from_record(record, folder)
     assert not options.steps.write and options.steps.grid  # nothing gets written anywhere
     assert tune_model(options, lambda line: None, serve_with=NoServer) == 0

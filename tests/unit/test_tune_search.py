@@ -10,9 +10,19 @@ import pytest
 
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
-from benchmarks.tune.rates import RateSettings, evaluate, find_max_rate
-from benchmarks.tune.results import Point, best_of
-from benchmarks.tune.search import GRID_RATES, Fixed, ModelGuided, SearchSettings, run
+from benchmarks.load.capacity import RateSettings, find_max_rate
+from benchmarks.tune.rates import evaluate
+from benchmarks.tune.results import CandidateResult, Point, best_of
+from benchmarks.tune.search import (
+    GRID_RATES,
+    Fixed,
+    ModelGuided,
+    SearchResult,
+    SearchSettings,
+    preferred,
+    run,
+    shorter_delay,
+)
 from benchmarks.tune.service_model import (
     LinearServiceTime,
     Observation,
@@ -271,7 +281,7 @@ class _ScriptedMeasurer:
         calls, script = [], list(p99s)
 
         def fake_measure(candidate, rate, overhead, window_s=None):
-            calls.append(window_s or plan.load.window_s)
+            calls.append(plan.load.window_at(rate, window_s))
             return Point(candidate.key, rate, rate, rate, 10.0, script.pop(0), 0, seconds=8.0, overhead_s=overhead)
 
         measurer._start = lambda candidate: 5.0
@@ -280,13 +290,46 @@ class _ScriptedMeasurer:
 
 
 @pytest.mark.parametrize("p99s, windows, final", [
-    ((40.0,), [2.0], 40.0),  # passes: measured once
-    ((60.0, 45.0), [2.0, 4.0], 45.0),  # near miss: the longer point decides, also when it passes
-    ((60.0, 70.0), [2.0, 4.0], 70.0),  # ... and when it fails
-    ((120.0,), [2.0], 120.0),  # far over the SLO: not worth a second look
+    ((40.0,), [1], 40.0),  # passes: measured once
+    ((60.0, 45.0), [1, 2], 45.0),  # near miss: the longer point decides, also when it passes
+    ((60.0, 70.0), [1, 2], 70.0),  # ... and when it fails
+    ((120.0,), [1], 120.0),  # far over the SLO: not worth a second look
 ])
 def test_near_misses_are_measured_again_longer(p99s, windows, final):
     measurer, calls = _ScriptedMeasurer.make(p99s)
     point = measurer.measure("search", Candidate(2, 1, 4, 2), 100.0)
-    assert calls == windows and point.p99_ms == final
+    # 2,000 arrivals over 3 windows at 100 req/s: 6.7 s windows (not the 2 s asked for); twice that.
+    assert calls == pytest.approx([n * 2000 / 300 for n in windows]) and point.p99_ms == final
     assert point.seconds == 8.0 * len(windows) and point.overhead_s == 5.0
+
+
+def measured(candidate: Candidate, rps: float) -> CandidateResult:
+    best = Point(candidate.key, rps, rps, rps, 10.0, 40.0, 0, seconds=1.0)
+    return CandidateResult(candidate, "search", (best,), best, rps)
+
+
+def test_a_shorter_delay_within_the_tie_wins():
+    long_wait, short_wait = measured(Candidate(2, 1, 4, 5), 470.0), measured(Candidate(2, 1, 4, 1), 440.0)
+    batch_one = measured(Candidate(2, 1, 1, 1), 300.0)  # no wait at all, but far below
+    assert preferred([long_wait, short_wait, batch_one], tie_pct=10.0) is short_wait
+    assert preferred([long_wait, short_wait, batch_one], tie_pct=5.0) is long_wait  # 6.4% slower: out of the tie
+    # Within 1 ms of the shortest delay all count as short: the best of them wins.
+    two = measured(Candidate(2, 1, 8, 2), 460.0)
+    assert preferred([long_wait, short_wait, two], tie_pct=10.0) is two
+    assert preferred([], tie_pct=10.0) is None
+
+
+def test_shorter_delay_measures_the_chosen_candidate_at_the_shortest_delay():
+    space = Space(cores=2, workers=(2,), batch_sizes=(1, 4), delays_ms=(1, 5, 30))
+    chosen = measured(Candidate(2, 1, 4, 30), 90.0)
+    result = SearchResult((chosen,), chosen, "done", FITTED, (), ())
+    server = SyntheticServer(overheads)
+    trimmed = shorter_delay(result, space, server, SLO_MS, SearchSettings(), quiet)
+    assert {key for key, _ in server.calls} == {"w2-t1-b4-d1"}  # only the shorter delay was measured
+    assert trimmed.results[0] is chosen and trimmed.results[-1].phase == "delay"
+    # The synthetic server serves ~85 req/s at delay 1: within 10% of 90, and it waits less.
+    assert trimmed.chosen.candidate == Candidate(2, 1, 4, 1)
+    # Measured already, or nothing shorter in the space: no new point.
+    again = SyntheticServer(overheads)
+    assert shorter_delay(trimmed, space, again, SLO_MS, SearchSettings(), quiet).chosen == trimmed.chosen
+    assert again.calls == []
