@@ -169,9 +169,11 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         connections=args.connections, warmup_s=args.warmup_s, min_window_requests=0 if args.smoke else 20,
         point_requests=0 if args.smoke else args.point_requests,
         wait_quiet_s=args.wait_quiet, capacity_points=args.capacity_points, slo_ms=args.slo_ms or entry.slo_ms,
+        low_load_fraction=0.2 if args.capacity_points else 0.0,
     )
     # The baseline's capacity is not searched: it rarely meets the target at all, and its low rates are slow.
-    stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else plan.levels, capacity_points=0)
+    stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else plan.levels, capacity_points=0,
+                         low_load_fraction=0.0)
     return BenchConfig(
         model=args.model, settings=settings, threads=args.threads, plan=plan, stock_plan=stock_plan,
         slo_ms=args.slo_ms or entry.slo_ms, base_config=Path(args.config).resolve(),
@@ -234,9 +236,13 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
             break
         progress("[in-process] other processes were busy: measuring again when quiet")
         resources.wait_for_quiet(cfg.plan.wait_quiet_s, progress)
+    # One request alone: what a request on an idle server cannot go below (benchmarks/bench/targets.py).
+    single = run_variant(cfg.model, model_dir, {}, 1, threads, min(cfg.inprocess_s, 5.0))
+    progress(f"[in-process] batch 1: {1000.0 / single.items_per_s:.2f} ms")
     # One process per worker, each on its own cores: the served ceiling is the workers' sum.
     workers = cfg.settings.min_workers
     return {"items_per_s": row.items_per_s * workers, "per_worker_items_per_s": row.items_per_s,
+            "batch1_ms": 1000.0 / single.items_per_s,
             "workers": workers, "batch_size": cfg.settings.batch_size, "threads": threads,
             "batches": row.batches, "seconds": row.seconds, "stage_ms_per_batch": row.stage_ms_per_batch,
             "others_cpu_pct": round(others, 1), "remeasured": attempt == 2}

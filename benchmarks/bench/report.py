@@ -188,7 +188,7 @@ def markdown(report: dict) -> str:
 def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: Mapping[str, ServerRun],
           inprocess: dict, conditions: dict, command: str, slo_ms: float, smoke: bool = False,
           ceiling: Optional[Mapping[int, ServerRun]] = None) -> Path:
-    from benchmarks.bench import plots, served_path
+    from benchmarks.bench import plots, served_path, targets
     from benchmarks.serving.environment import describe_environment
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -218,9 +218,10 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
                                   overview["ours"]["slo_rps"]) if ceiling else None)
     if path:
         overview["sentences"].append(served_path.sentence(path, batch_size, inprocess["items_per_s"]))
+    goals = targets.check(runs["ours"], overview, inprocess, path)
     report = {
         "model": model, "created": stamp, "command": command, "configuration": configuration, "load": load,
-        "summary": overview, "results": results, "served_path": path,
+        "summary": overview, "targets": goals, "results": results, "served_path": path,
         "ceiling": {str(size): [p.figures for p in run.points] for size, run in (ceiling or {}).items()},
         "reference": {"inprocess": inprocess, "stock": overview["stock"]},
         "conditions": conditions, "environment": describe_environment(),
@@ -235,8 +236,10 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
                 writer.writerow(csv_row(label, p.figures))
     plots.write_all(folder, runs, report["summary"])
     text = markdown(report)
-    if path:  # after the summary table, before the points
-        section = "\n".join(served_path.markdown(path, batch_size, inprocess["items_per_s"]))
-        text = text.replace("## Points: ours", section + "\n## Points: ours", 1)
+    # After the summary table, before the points.
+    sections = (targets.markdown(goals) if goals else []) + (
+        served_path.markdown(path, batch_size, inprocess["items_per_s"]) if path else [])
+    if sections:
+        text = text.replace("## Points: ours", "\n".join(sections) + "\n## Points: ours", 1)
     (folder / "report.md").write_text(text)
     return folder

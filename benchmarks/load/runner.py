@@ -46,6 +46,8 @@ class LoadPlan:
     # listed rate below it. 0 or no slo_ms: the listed rates only.
     capacity_points: int = 0
     slo_ms: Optional[float] = None
+    # With a capacity found: one more point at this share of it (the tail at low load). 0: none.
+    low_load_fraction: float = 0.0
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -192,6 +194,8 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
         found = capacity_search(open_point, listed, plan.slo_ms, plan.capacity_settings())
         best = f"{found.best.achieved_rps:.1f} req/s" if found.best else "no rate"
         say(f"capacity search: {len(found.points)} more point(s); {best} within p99 <= {plan.slo_ms:g} ms")
+        if found.best is not None and plan.low_load_fraction > 0:
+            open_point(round(plan.low_load_fraction * found.best.achieved_rps, 2))
     return ServerRun(label, tuple(point(r, model, any(r is a for a in again)) for r in results),
                      worker_threads(ts, model),
                      {k: description.get(k) for k in FRONTEND_KEYS} | {"workers": workers})

@@ -124,6 +124,16 @@ def test_served_path_ceiling_and_breakdown(report_dir, report):
     assert "## Where the time goes" in markdown and "A no-op handler on the same server peaks at" in markdown
 
 
+def test_targets_are_checked_on_this_run(report_dir, report):
+    rows = report["targets"]
+    inprocess = report["reference"]["inprocess"]
+    assert 0 < inprocess["batch1_ms"] < 1000.0
+    first = rows[0]  # p50 at one client against the in-process batch-1 time
+    assert first["bound"] == inprocess["batch1_ms"] + 4.0 and first["measured"] > inprocess["batch1_ms"]
+    assert rows[-1]["at_least"] and rows[-1]["bound"] > 0
+    assert "## Targets (this run)" in (report_dir / "report.md").read_text()
+
+
 def test_csv_and_markdown(report_dir, report):
     rows = list(csv.DictReader((report_dir / "results.csv").open()))
     points = report["results"]["ours"]["points"] + report["results"]["stock"]["points"]

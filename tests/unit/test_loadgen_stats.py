@@ -343,3 +343,23 @@ def test_capacity_search_bisects_between_the_listed_rates():
     probed.clear()
     capacity_search(probe, [server(255.0), server(265.0)], 50.0, RateSettings(max_points=6))
     assert probed == []
+
+
+def test_served_path_targets_meet_and_miss():
+    from benchmarks.bench import targets
+    from benchmarks.load.runner import Point, ServerRun
+
+    def figures(mode, level, rps, p50, p99):
+        return {"mode": mode, "level": level, "throughput_rps": rps, "errors": {}, "unanswered": 0,
+                "latency_ms": {"p50_ms": p50, "p99_ms": p99}}
+
+    one = figures("closed", 1, 100.0, 9.0, 14.0)
+    low_ok, low_slow = figures("open", 60, 60.0, 10.0, 25.0), figures("open", 90, 90.0, 12.0, 31.0)
+    run = ServerRun("ours", tuple(Point(f, ()) for f in (one, low_ok, low_slow)), (1, 1), {})
+    summary = {"slo_ms": 50.0, "ours": {"slo_rps": 300.0}}
+    rows = targets.check(run, summary, {"items_per_s": 400.0, "batch1_ms": 5.5}, {"combined_limit_rps": 350.0})
+    assert [r["met"] for r in rows] == [True, True, False, True]  # 25 <= 28 ms; 31 > 28 ms; 300 >= min(280, 315)
+    slow = targets.check(run, {"slo_ms": 50.0, "ours": {"slo_rps": 270.0}}, {"items_per_s": 400.0, "batch1_ms": 4.0},
+                         None)
+    assert slow[0]["met"] is False and slow[-1]["met"] is False  # 9 > 8 ms; 270 < 280 (no ceiling measured)
+    assert "**missed**" in "\n".join(targets.markdown(slow))
