@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
+from benchmarks.load.capacity import REFERENCE_WINDOW_S
 from benchmarks.load.runner import LoadPlan, ServerRun
 from benchmarks.load.stats import StabilityRule
 from benchmarks.serving.errors import BenchmarkError, LauncherError
@@ -105,7 +106,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--capacity-points", type=int, default=4,
                    help="open loop: up to this many more points bisect the highest rate within the p99 target, "
                         "as the tuner does (0: the listed rates only; default: %(default)s)")
-    g.add_argument("--window-s", type=float, default=5.0, help="measurement window (default: %(default)s)")
+    g.add_argument("--window-s", type=float, default=REFERENCE_WINDOW_S,
+                   help="measurement window (default: %(default)s)")
     g.add_argument("--max-windows", type=int, default=8,
                    help="measured windows per point at most (default: %(default)s)")
     g.add_argument("--stability-pct", type=float, default=10.0,

@@ -13,6 +13,11 @@ from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
 # Served throughput below this share of the offered rate means the server did not keep up.
 KEEP_UP = 0.95
+# The benchmark's open-loop point: windows this long under benchmarks.load.stats.StabilityRule()'s
+# defaults (p99 over the last 3 stable windows, at most 8). The tuner's verification measures with
+# the same point: the p99 of a point depends on its length (a rare stall of a few tens of ms
+# weighs more in 2,000 requests than in 7,000), so only the same point reproduces a capacity.
+REFERENCE_WINDOW_S = 5.0
 
 
 class RatePoint(Protocol):

@@ -104,6 +104,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--no-defaults", action="store_true", help="skip measuring TorchServe's defaults")
     g.add_argument("--no-write", action="store_true", help="leave config.properties alone")
     g.add_argument("--no-verify", action="store_true", help="skip the restart-and-re-measure check")
+    g.add_argument("--verify-points", type=int, default=5,
+                   help="the verification's capacity search (the benchmark's point): open-loop points at most")
+    g.add_argument("--verify-warmup-s", type=float, default=30.0,
+                   help="the verification: unmeasured load after the restart")
     return p
 
 

@@ -20,16 +20,18 @@ from benchmarks.tune.measure import LoadSettings
 from benchmarks.load.capacity import RateSettings
 from benchmarks.tune.search import SearchSettings
 from benchmarks.tune.space import PRESETS, Space, preset
+from benchmarks.tune.verify import VerifySettings
 
 # The record's keys; `folder` and `wait_quiet` are where a run writes and how patiently it waits,
 # not what it measures, so they stay out of it (a resumed run may change both).
 RECORD_KEYS = ("model", "slo_ms", "cores", "config", "model_store", "out", "space", "workers", "batch_sizes",
                "delays", "min_gain_pct", "max_candidates", "patience", "rate_step", "rate_resolution",
                "max_points", "fit_seconds", "grid", "window_s", "max_windows", "stable_windows", "stability_pct",
-               "warmup_s", "connections", "point_requests", "tie_pct", "no_defaults", "no_write", "no_verify")
+               "warmup_s", "connections", "point_requests", "tie_pct", "verify_points", "verify_warmup_s", "no_defaults", "no_write", "no_verify")
 # The smallest value each numeric option may take ("above" excludes the bound itself).
 _AT_LEAST = {"cores": 1, "max_candidates": 1, "patience": 1, "max_points": 1, "max_windows": 1,
-             "stable_windows": 1, "connections": 1, "warmup_s": 0, "point_requests": 0, "tie_pct": 0}
+             "stable_windows": 1, "connections": 1, "warmup_s": 0, "point_requests": 0, "tie_pct": 0,
+             "verify_points": 1, "verify_warmup_s": 0}
 _ABOVE = {"slo_ms": 0, "min_gain_pct": 0, "rate_step": 1, "rate_resolution": 1, "fit_seconds": 0, "window_s": 0,
           "stability_pct": 0}
 
@@ -51,6 +53,7 @@ class TuneOptions:
     load: LoadSettings
     fit_seconds: float
     steps: Steps
+    verify: VerifySettings
     config: Path
     model_store: Path
     folder: Path  # the report folder (checkpoint included)
@@ -94,6 +97,7 @@ class TuneOptions:
             fit_seconds=float(r["fit_seconds"]),
             steps=Steps(defaults=not r["no_defaults"], grid=bool(r["grid"]), write=not r["no_write"],
                         verify=not r["no_verify"]),
+            verify=VerifySettings(int(r["verify_points"]), float(r["verify_warmup_s"])),
             config=_path(r["config"]), model_store=_path(r["model_store"]), folder=Path(folder).resolve(),
             wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(r), command=command)
 

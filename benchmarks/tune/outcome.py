@@ -15,7 +15,7 @@ from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.config_writer import Provenance, Update, find_stanza, write_config
 from benchmarks.tune.measure import ServePlan
 from benchmarks.tune.results import CandidateResult
-from benchmarks.tune.verify import Verification, verify
+from benchmarks.tune.verify import Verification, VerifySettings, verify
 
 Progress = Callable[[str], None]
 
@@ -26,7 +26,8 @@ class WritePlan:
     write: bool
     verify: bool
     version: str  # the archive's version: the models= entry's key
-    backoff: float  # a failed verification retries this factor lower (the search's rate resolution)
+    resolution: float  # the verification's rate search stops at this bracket ratio (the search's)
+    checks: VerifySettings
     report: Path  # the report folder the provenance record points to
 
 
@@ -75,7 +76,8 @@ def write_and_verify(plan: WritePlan, chosen: Optional[CandidateResult], default
             verification = Verification.from_json(saved, plan.serve.slo_ms)
             progress(f"verification replayed from the checkpoint: {verification.summary()}")
         else:
-            verification = verify(plan.serve, chosen.candidate, chosen.best.rate_rps, plan.backoff, progress)
+            verification = verify(plan.serve, chosen.candidate, chosen.best.rate_rps, plan.checks,
+                                  plan.resolution, progress)
             checkpoint.put("verification", verification.to_json())
         text = write_config(config, [update], [_provenance(plan, chosen, defaults, environment, verification, "")],
                             archives={model: archive})

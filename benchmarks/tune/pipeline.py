@@ -84,7 +84,7 @@ def tune_model(options: TuneOptions, progress: Progress,
     environment = describe_environment()
 
     plan = WritePlan(serve, steps.write, steps.verify, catalogue.entry(model).version,
-                     options.search.rates.resolution, options.folder)
+                     options.search.rates.resolution, options.verify, options.folder)
     written, verification = write_and_verify(plan, result.chosen, defaults_result, environment, archive, checkpoint,
                                              progress)
     content = report.build(options, fit, service, result, defaults_result, grid, conditions, environment, written,

@@ -49,7 +49,8 @@ def tuned(tmp_path_factory, model_store):
     done = run_tune("--model", MODEL, "--space", "tiny", "--workers", "2", "--batch-sizes", "1,4", "--delays", "5",
                     "--slo-ms", "1000", "--config", str(config), "--model-store", str(model_store),
                     "--out", str(tmp / "reports"), "--window-s", "1", "--max-windows", "3", "--stable-windows", "2",
-                    "--warmup-s", "1", "--point-requests", "0", "--fit-seconds", "0.5", "--max-candidates", "1", "--max-points", "3")
+                    "--warmup-s", "1", "--point-requests", "0", "--verify-points", "2", "--verify-warmup-s", "1",
+                    "--fit-seconds", "0.5", "--max-candidates", "1", "--max-points", "3")
     assert done.returncode == 0, f"tune exited {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
     assert (DEFAULT_CONFIG).read_bytes() == root_before, "the real root config.properties changed"
     folders = list((tmp / "reports").iterdir())

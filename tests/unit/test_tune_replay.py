@@ -51,7 +51,7 @@ def test_committed_run_replays_point_for_point(tmp_path, model_store):
     saved = json.loads((folder / "checkpoint.json").read_text())
     # The run predates these options; what it did is what they now say: fixed windows, whatever the
     # rate, and capacity alone choosing (no shorter-delay point).
-    saved["identity"].update(point_requests=0, tie_pct=0)
+    saved["identity"].update(point_requests=0, tie_pct=0, verify_points=1, verify_warmup_s=10.0)
     (folder / "checkpoint.json").write_text(json.dumps(saved))
     record = saved["identity"]
     options = TuneOptions.from_record(record, folder)
