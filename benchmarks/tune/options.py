@@ -13,11 +13,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
+from benchmarks.load.capacity import RateSettings
 from benchmarks.load.stats import StabilityRule
 from benchmarks.serving.repo import REPO_ROOT, shown
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.measure import LoadSettings
-from benchmarks.load.capacity import RateSettings
 from benchmarks.tune.search import SearchSettings
 from benchmarks.tune.space import PRESETS, Space, preset
 from benchmarks.tune.verify import VerifySettings

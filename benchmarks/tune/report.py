@@ -107,6 +107,10 @@ def build(options: TuneOptions, fit: dict, service: ServiceModel, result: Search
                         f"({defaults.throughput_rps:.1f} req/s)")
         verdict += "." + (f" Written to {written['path']}; {verification.summary()}." if written and verification
                           else f" Written to {written['path']} (not verified)." if written else " Not written.")
+        confirmed = verification.confirmed if verification is not None else None
+        if confirmed is not None:
+            verdict += (f" Capacity from the written file, measured with the benchmark's point: "
+                        f"{confirmed.achieved_rps:.1f} req/s at p99 {confirmed.p99_ms:.1f} ms (the recorded figure).")
     return {
         "model": options.model, "slo_ms": options.slo_ms, "started": "-".join(options.folder.name.split("-")[-2:]),
         "command": options.command, "options": {**options.record, "folder": shown(options.folder),

@@ -8,9 +8,9 @@ from types import MappingProxyType
 
 import pytest
 
+from benchmarks.load.capacity import RateSettings, find_max_rate
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
-from benchmarks.load.capacity import RateSettings, find_max_rate
 from benchmarks.tune.rates import evaluate
 from benchmarks.tune.results import CandidateResult, Point, best_of
 from benchmarks.tune.search import (
@@ -313,9 +313,11 @@ def test_a_shorter_delay_within_the_tie_wins():
     batch_one = measured(Candidate(2, 1, 1, 1), 300.0)  # no wait at all, but far below
     assert preferred([long_wait, short_wait, batch_one], tie_pct=10.0) is short_wait
     assert preferred([long_wait, short_wait, batch_one], tie_pct=5.0) is long_wait  # 6.4% slower: out of the tie
-    # Within 1 ms of the shortest delay all count as short: the best of them wins.
+    # Every millisecond counts: delay 1 beats delay 2 within the tie, however close.
     two = measured(Candidate(2, 1, 8, 2), 460.0)
-    assert preferred([long_wait, short_wait, two], tie_pct=10.0) is two
+    assert preferred([long_wait, short_wait, two], tie_pct=10.0) is short_wait
+    # Batch 1 never waits: within the tie it beats any delay.
+    assert preferred([long_wait, short_wait, measured(Candidate(2, 1, 1, 1), 430.0)], 10.0).candidate.batch_size == 1
     assert preferred([], tie_pct=10.0) is None
 
 
@@ -333,3 +335,17 @@ def test_shorter_delay_measures_the_chosen_candidate_at_the_shortest_delay():
     again = SyntheticServer(overheads)
     assert shorter_delay(trimmed, space, again, SLO_MS, SearchSettings(), quiet).chosen == trimmed.chosen
     assert again.calls == []
+
+
+def test_verification_records_the_highest_passing_rate():
+    from benchmarks.tune.verify import Verification
+
+    def at(rate, p99):
+        return Point("w2-t1-b4-d1", rate, rate, rate, 10.0, p99, 0, seconds=1.0)
+
+    points = (at(100.0, 30.0), at(110.0, 45.0), at(121.0, 70.0), at(115.0, 48.0))
+    checked = Verification("config.properties", {}, (), (1, 1), points, 50.0, 1.0)
+    assert checked.confirmed.rate_rps == 115.0 and checked.passed
+    assert checked.summary() == "verified from the written file"
+    failed = Verification("config.properties", {}, (), (1, 1), points[2:3], 50.0, 1.0)
+    assert not failed.passed and "FAILED" in failed.summary() and "121.0" in failed.summary()
