@@ -104,6 +104,14 @@ class ServerRun:
     description: dict  # GET /models/<name>: batch size, delay, workers as the frontend holds them
 
 
+def open_window_s(rate_rps: float, window_s: float, point_requests: int, windows: int,
+                  min_window_requests: int = 0) -> float:
+    """One open-loop window's length at this rate: `windows` reported windows hold at least
+    `point_requests` arrivals, and each at least `min_window_requests` (up to 4x the window)."""
+    rate = max(rate_rps, 1e-9)
+    return max(min(4 * window_s, max(window_s, min_window_requests / rate)), point_requests / (rate * windows))
+
+
 def warm_up(target: Target, payloads: Sequence[Payload], seconds: float, concurrency: int) -> None:
     """Unmeasured load, several requests in flight so that every worker and batch size is hit."""
     result = loadgen.closed_loop(target, payloads, concurrency, StabilityRule(last=1, max_windows=1, warmup=0),
@@ -182,8 +190,7 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
 
     def open_point(rate: float) -> OpenPoint:
         say(f"open loop, Poisson {rate:g} req/s")
-        window_s = max(min(4 * plan.window_s, max(plan.window_s, plan.min_window_requests / rate)),
-                       plan.point_requests / (rate * plan.rule.last))
+        window_s = open_window_s(rate, plan.window_s, plan.point_requests, plan.rule.last, plan.min_window_requests)
         results.append(measured(lambda: loadgen.open_loop(
             target, payloads, rate, plan.rule, window_s, plan.connections, seed=int(rate * 1000),
             drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))

@@ -42,8 +42,8 @@ class LoadSettings:
     point_requests: int = 2000
 
     def window_at(self, rate_rps: float, window_s: Optional[float] = None) -> float:
-        """One window's length at this rate (the benchmark's rule, benchmarks.load.runner)."""
-        return max(window_s or self.window_s, self.point_requests / (max(rate_rps, 1e-9) * self.rule.last))
+        """One window's length at this rate (the benchmark's rule)."""
+        return runner.open_window_s(rate_rps, window_s or self.window_s, self.point_requests, self.rule.last)
 
     def to_json(self) -> dict:
         return {"window_s": self.window_s, "rule": dict(self.rule.__dict__), "connections": self.connections,

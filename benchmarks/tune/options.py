@@ -27,7 +27,8 @@ from benchmarks.tune.verify import VerifySettings
 RECORD_KEYS = ("model", "slo_ms", "cores", "config", "model_store", "out", "space", "workers", "batch_sizes",
                "delays", "min_gain_pct", "max_candidates", "patience", "rate_step", "rate_resolution",
                "max_points", "fit_seconds", "grid", "window_s", "max_windows", "stable_windows", "stability_pct",
-               "warmup_s", "connections", "point_requests", "tie_pct", "verify_points", "verify_warmup_s", "no_defaults", "no_write", "no_verify")
+               "warmup_s", "connections", "point_requests", "tie_pct", "verify_points", "verify_warmup_s",
+               "no_defaults", "no_write", "no_verify")
 # The smallest value each numeric option may take ("above" excludes the bound itself).
 _AT_LEAST = {"cores": 1, "max_candidates": 1, "patience": 1, "max_points": 1, "max_windows": 1,
              "stable_windows": 1, "connections": 1, "warmup_s": 0, "point_requests": 0, "tie_pct": 0,
