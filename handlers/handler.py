@@ -17,7 +17,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from handlers import runtime
+from handlers import plan, runtime
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError, ServerFault
 from handlers.families import Family, family_class
@@ -70,7 +70,8 @@ class Handler:
         self.device = runtime.choose_device(props.get("gpu_id"))
         self.max_batch_size = int(props.get("batch_size") or 1)
         workers = runtime.sibling_worker_count()
-        self.threads = runtime.thread_budget(rt, workers, runtime.usable_cores())
+        planned = plan.planned_threads(self.model_name, _model_version(context))
+        self.threads, threads_from = runtime.thread_budget(rt, planned, workers, runtime.usable_cores())
         runtime.apply_threads(self.threads, rt.interop_threads)
         runtime.configure_cuda(rt, self.device)
         # TorchScript archives were traced under their precision: the casts are already in the graph.
@@ -87,10 +88,10 @@ class Handler:
         frozen = runtime.freeze_heap() if rt.freeze_heap else 0
         self.initialized = True
         log.info(
-            "%s ready in %.1fs: family=%s device=%s threads=%d (workers=%d) precision=%s graph=%s max_batch=%d "
-            "frozen_objects=%d",
+            "%s ready in %.1fs: family=%s device=%s threads=%d (from %s; workers=%d) precision=%s graph=%s "
+            "max_batch=%d frozen_objects=%d",
             self.model_name, time.perf_counter() - started, self.settings.family, self.device, self.threads,
-            workers, self._precision_label(), rt.graph, self.max_batch_size, frozen,
+            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen,
         )
 
     def _precision_label(self) -> str:
@@ -184,6 +185,12 @@ class Handler:
     def reject(context, idx: int, err: HandlerError) -> bytes:
         context.set_response_status(err.status, status_phrase(err.message), idx)
         return Handler.encode(context, idx, {"code": err.status, "type": err.kind, "message": err.message})
+
+
+def _model_version(context) -> str:
+    """The archive's version (config.properties' models= is keyed by it)."""
+    manifest = getattr(context, "manifest", None) or {}
+    return str((manifest.get("model") or {}).get("modelVersion", "1.0"))
 
 
 def _content_type(context, idx: int) -> str:

@@ -55,11 +55,15 @@ def _is_worker_in(process: psutil.Process, cwd: str) -> bool:
         return False
 
 
-def thread_budget(settings: RuntimeSettings, workers: int, cores: int) -> int:
-    """Intra-op threads per worker: the setting, or cores shared out so workers never oversubscribe."""
+def thread_budget(settings: RuntimeSettings, planned: Optional[int], workers: int, cores: int) -> tuple[int, str]:
+    """Intra-op threads per worker and where the number came from: the archive's setting, the
+    server's written plan (handlers/plan.py: it counts every model on the cores), or, with neither,
+    the cores shared among this model's own workers (it then assumes no other model computes)."""
     if settings.threads is not None:
-        return settings.threads
-    return max(1, cores // max(1, workers))
+        return settings.threads, "runtime.threads"
+    if planned is not None:
+        return planned, "plan"
+    return max(1, cores // max(1, workers)), "cores/workers (no plan)"
 
 
 def apply_threads(intra_op: int, inter_op: int) -> None:

@@ -146,6 +146,8 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         batch_size=args.batch_size or base.batch_size,
         max_batch_delay_ms=base.max_batch_delay_ms if args.max_batch_delay is None else args.max_batch_delay,
         min_workers=workers, max_workers=workers, response_timeout_s=base.response_timeout_s,
+        # The written thread plan holds for the written workers only; other counts use the handler's fallback.
+        threads=base.threads if workers == base.min_workers else None,
     )
     for name in ("window_s", "max_windows", "stable_windows", "max_concurrency", "connections", "inprocess_seconds"):
         if getattr(args, name) <= 0:
@@ -216,7 +218,8 @@ def resolved_threads(cfg: BenchConfig) -> int:
 
     raw = dict(Catalogue.load(CATALOGUE).entry(cfg.model).settings.get("runtime") or {})
     settings = parse_section(RuntimeSettings, {**raw, "threads": cfg.threads} if cfg.threads else raw, "runtime")
-    return runtime.thread_budget(settings, cfg.settings.max_workers, runtime.usable_cores())
+    threads, _ = runtime.thread_budget(settings, cfg.settings.threads, cfg.settings.max_workers, runtime.usable_cores())
+    return threads
 
 
 def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:

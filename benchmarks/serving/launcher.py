@@ -12,8 +12,8 @@ What it does, and why (TorchServe 0.12 facts):
   (gRPC always starts in 0.12) moved to free 127.0.0.1 ports, and `model_store` set.
 - `torchserve --start --ts-config config.properties --ncs`: the frontend reads TS_CONFIG_FILE,
   then --ts-config, then the newest snapshot in logs/config/, then ./config.properties; a snapshot
-  replaces config.properties wholesale. We pass the file explicitly, drop TS_CONFIG_FILE from the
-  environment and write no snapshots.
+  replaces config.properties wholesale. We pass the file explicitly, set TS_CONFIG_FILE to the same
+  file (the workers read their thread plan from it: handlers/plan.py) and write no snapshots.
 - TMPDIR and TEMP point into the working directory: `torchserve` keeps its pid file in
   tempfile.gettempdir() (so --start/--stop find *this* server, and another one running elsewhere
   does not block us), and TEMP becomes java.io.tmpdir, where the worker sockets (.ts.sock.9000...)
@@ -48,6 +48,7 @@ from benchmarks.serving.errors import LauncherError, StartupError
 from benchmarks.serving.launch_spec import LaunchSpec, frozen
 from benchmarks.serving.repo import DEFAULT_CONFIG
 from benchmarks.serving.ts_config import ModelEntry, ModelSettings, ServerConfig
+from handlers import plan
 
 MARKER_ENV = "TS_LAUNCHER_RUN"
 # Fail fast instead of waiting out the timeout when a model keeps failing to load.
@@ -194,8 +195,11 @@ class TorchServe:
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
-        env = java.env_for(runtime, {k: v for k, v in os.environ.items() if k != "TS_CONFIG_FILE"})
+        env = java.env_for(runtime, {k: v for k, v in os.environ.items() if k != plan.CONFIG_ENV})
         env.update(
+            # The same file as --ts-config: TorchServe reads it first, the workers read their
+            # thread plan from it (handlers/plan.py).
+            **{plan.CONFIG_ENV: str(config_path)},
             TMPDIR=str(workdir / "tmp"),
             TEMP=str(workdir / "tmp"),
             LOG_LOCATION=str(workdir / "logs"),

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from benchmarks.serving import properties
 from benchmarks.serving.errors import ConfigError
 from build.catalogue import FRONTEND_KEYS
+from handlers.plan import THREADS_KEY
 
 # The address properties and the default TorchServe uses when one is absent.
 ADDRESS_DEFAULTS = MappingProxyType(
@@ -39,7 +40,8 @@ GRPC_PORT_DEFAULTS = MappingProxyType({"grpc_inference_port": "7070", "grpc_mana
 # ModelSettings' field for each frontend key (FRONTEND_KEYS' order).
 _FIELDS = MappingProxyType(dict(zip(FRONTEND_KEYS, ("min_workers", "max_workers", "batch_size", "max_batch_delay_ms",
                                                     "response_timeout_s"))))
-# What the tuner decides; responseTimeout stays as the file has it.
+# What the tuner decides; responseTimeout stays as the file has it. The thread plan (THREADS_KEY)
+# is written next to these.
 TUNED_KEYS = FRONTEND_KEYS[:4]
 
 
@@ -52,11 +54,16 @@ class ModelSettings:
     min_workers: int = 1
     max_workers: int = 1
     response_timeout_s: int = 120
+    # Intra-op threads per worker (handlers/plan.py reads it; TorchServe ignores the key). None:
+    # the handler's fallback rule, which does not know about the other models on the cores.
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "min_workers", "max_workers", "response_timeout_s"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.threads is not None and (isinstance(self.threads, bool) or int(self.threads) < 1):
+            raise ConfigError(f"{THREADS_KEY} must be >= 1, got {self.threads}")
         if self.max_batch_delay_ms < 1:
             # TorchServe 0.12 reads 0 as "unset" and waits 100 ms for every partial batch (measured:
             # a no-op handler answers one client in 104 ms at 0, in 1.7 ms at 1).
@@ -66,11 +73,17 @@ class ModelSettings:
             raise ConfigError(f"max_workers {self.max_workers} < min_workers {self.min_workers}")
 
     def to_json(self) -> dict[str, int]:
-        return {key: getattr(self, name) for key, name in _FIELDS.items()}
+        out = {key: getattr(self, name) for key, name in _FIELDS.items()}
+        if self.threads is not None:
+            out[THREADS_KEY] = self.threads
+        return out
 
     @classmethod
     def from_json(cls, values: Mapping[str, object]) -> "ModelSettings":
-        return cls(**{name: int(values[key]) for key, name in _FIELDS.items() if key in values})
+        found = {name: int(values[key]) for key, name in _FIELDS.items() if key in values}
+        if values.get(THREADS_KEY) is not None:
+            found["threads"] = int(values[THREADS_KEY])
+        return cls(**found)
 
     def mismatches(self, described: Mapping[str, object], keys: Sequence[str] = TUNED_KEYS) -> Tuple[str, ...]:
         """'key: seen, expected' for each of `keys` where a frontend description differs from these values."""

@@ -26,6 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from benchmarks.serving import properties
 from benchmarks.serving.ts_config import TUNED_KEYS, ModelSettings
+from handlers.plan import THREADS_KEY
 from benchmarks.tune.errors import ConfigWriteError
 
 HEADER = "# Tuner provenance (python -m benchmarks.tune): one record per tuned model, for its values in models= below."
@@ -50,6 +51,10 @@ class Update:
         out = dict(entry)
         for key in TUNED_KEYS:
             out[key] = values[key]
+        # The thread plan goes with the values it was measured with; an old one never outlives them.
+        out.pop(THREADS_KEY, None)
+        if THREADS_KEY in values:
+            out[THREADS_KEY] = values[THREADS_KEY]
         out.setdefault("responseTimeout", values["responseTimeout"])
         return out
 

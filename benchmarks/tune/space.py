@@ -67,7 +67,7 @@ class Candidate:
     def settings(self, response_timeout_s: int = 120) -> ModelSettings:
         return ModelSettings(batch_size=self.batch_size, max_batch_delay_ms=self.max_batch_delay_ms,
                              min_workers=self.workers, max_workers=self.workers,
-                             response_timeout_s=response_timeout_s)
+                             response_timeout_s=response_timeout_s, threads=self.threads)
 
     def to_json(self) -> dict:
         return {"workers": self.workers, "threads": self.threads, "batch_size": self.batch_size,
