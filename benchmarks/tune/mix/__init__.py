@@ -1,0 +1,1 @@
+"""Tuning for a traffic mix: every model of the server at once, on one core budget."""
