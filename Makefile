@@ -9,7 +9,7 @@ TS     := $(VENV)/bin/torchserve
 STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 
-.PHONY: help venv java-check build serve stop test test-unit test-e2e bench bench-inprocess tune reliability clean
+.PHONY: help venv java-check build serve stop test test-unit test-e2e bench bench-inprocess tune reliability deploy plan clean
 
 help:
 	@echo "make serve      build the archives, start TorchServe on 127.0.0.1:8080-8082, print curl lines"
@@ -23,6 +23,8 @@ help:
 	@echo "make bench MODEL=<name> [ARGS='--window-s 3 ...']  ours vs stock baseline vs in-process limit (benchmarks/reports/)"
 	@echo "make reliability  bad input, worker kill, broken archives, overload, short soak, auth: one table"
 	@echo "                [ARGS=\"--soak-minutes 10\"]  (python -m benchmarks.reliability --help)"
+	@echo "make deploy [RATE=<req/s>]  deploy/: Dockerfile, Kubernetes and KServe manifests from the tuned mix, validated"
+	@echo "make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]  replicas -> deploy/k8s/hpa.yaml"
 	@echo "make venv       (re)install .venv when requirements*.txt change;  make clean"
 
 # The stamp is newer than both requirement files once they are installed; pip's wheel sources come
@@ -102,6 +104,17 @@ tune: build java-check
 # and limits; prints one table (benchmarks/reports/reliability-*/). Long soak: python -m benchmarks.reliability.soak
 reliability: build java-check
 	$(PY) -m benchmarks.reliability $(ARGS)
+
+# deploy/ (git-ignored) from config.properties and its mix record (python -m deployment --help):
+# written, then validated offline against the Kubernetes schemas. Without RATE: one replica.
+DEPLOY_ARGS = $(if $(RATE),--rate $(RATE)) $(if $(MIX),--mix $(MIX)) $(if $(HEADROOM),--headroom $(HEADROOM))
+deploy: build
+	$(PY) -m deployment $(DEPLOY_ARGS)
+
+# Replicas for RATE: prints the arithmetic, rewrites deploy/k8s/hpa.yaml (all of deploy/ when absent).
+plan: $(STAMP)
+	@test -n "$(RATE)" || { echo "usage: make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]" >&2; exit 1; }
+	$(PY) -m deployment --plan $(DEPLOY_ARGS)
 
 clean:
 	rm -rf logs key_file.json .pytest_cache model_store/*.mar model_store/.build-state.json

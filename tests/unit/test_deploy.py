@@ -1,0 +1,152 @@
+"""deployment/: generate deploy/ from a temp config with a mix record, validate it offline, the
+plan's arithmetic and the errors that name their fix. No server, no cluster."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.serving.repo import REPO_ROOT
+from deployment import __main__ as cli
+from deployment import plan, validate
+from deployment.errors import DeployError, ValidationFailed
+from deployment.plan import PlanOptions, make_plan
+from tests.mix_config import mix_record, write_mix_config
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture()
+def fake_repo(tmp_path: Path) -> Path:
+    """A repository stand-in: config.properties with a mix record, log4j2.xml, tiny 'archives'."""
+    repo = tmp_path / "repo"
+    (repo / "model_store").mkdir(parents=True)
+    for name in ("minilm", "efficientnet_lite0"):
+        (repo / "model_store" / f"{name}.mar").write_bytes(b"PK")
+    shutil.copy(REPO_ROOT / "log4j2.xml", repo / "log4j2.xml")
+    write_mix_config(REPO_ROOT / "config.properties", repo / "config.properties", mix_record())
+    return repo
+
+
+def generate(repo: Path, out: Path, **options) -> plan.Plan:
+    return cli.generate(repo, repo / "config.properties", out, PlanOptions(**options))
+
+
+def test_generated_files_validate(fake_repo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "deploy"
+    generate(fake_repo, out)
+    validate.check(out, progress=lambda _: None)
+    docker = (out / "Dockerfile").read_text()
+    assert '"torchserve", "--foreground", "--model-store", "/home/model-server/model-store"' in docker
+    assert "ENV TS_CONFIG_FILE=/home/model-server/config.properties" in docker
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in docker
+    kserve_cfg = (out / "kserve/model-root/config/config.properties").read_text()
+    assert "inference_address=http://0.0.0.0:8085" in kserve_cfg and "service_envelope" not in kserve_cfg
+    assert sorted(p.name for p in (out / "kserve/model-root/model-store").iterdir()) == [
+        "efficientnet_lite0.mar", "minilm.mar"]
+    deployment = yaml.safe_load((out / "k8s/deployment.yaml").read_text())
+    limits = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"cpu": "2", "memory": "2752Mi"}  # 1800 MiB x 1.5, rounded up to 64 MiB
+    assert "REPLACE_ME" in (out / "k8s/secret.yaml").read_text()
+
+
+@pytest.mark.parametrize("path, before, after, where", [
+    ("k8s/deployment.yaml", "periodSeconds: 20", "periodSecond: 20", "livenessProbe"),
+    ("k8s/hpa.yaml", "minReplicas:", "minReplica:", "spec"),
+    ("kserve/inferenceservice.yaml", "storageUri:", "storageUrl:", "spec.predictor.model"),
+])
+def test_validator_catches_a_misspelt_field(fake_repo, tmp_path, path, before, after, where) -> None:
+    out = tmp_path / "deploy"
+    generate(fake_repo, out)
+    target = out / path
+    text = target.read_text()
+    assert before in text
+    target.write_text(text.replace(before, after, 1))
+    with pytest.raises(ValidationFailed, match=where):
+        validate.check(out, progress=lambda _: None)
+
+
+def test_token_auth_off_is_rejected(fake_repo, tmp_path) -> None:
+    out = tmp_path / "deploy"
+    generate(fake_repo, out)
+    cfg = out / "image/config.properties"
+    cfg.write_text(cfg.read_text().replace("disable_token_authorization=false", "disable_token_authorization=true"))
+    with pytest.raises(ValidationFailed, match="token auth must stay on"):
+        validate.check(out, progress=lambda _: None)
+
+
+@pytest.mark.parametrize("rate, headroom, replicas, max_replicas", [
+    (None, 0.3, 1, 2),     # no RATE: one replica's usable rate
+    (175.0, 0.3, 1, 2),    # exactly one replica's usable rate (250 x 0.7)
+    (175.1, 0.3, 2, 4),
+    (1000.0, 0.3, 6, 12),  # 1000 / 175 = 5.71
+    (1000.0, 0.0, 4, 8),   # 1000 / 250
+    (10.0, 0.5, 1, 2),
+])
+def test_plan_arithmetic(rate, headroom, replicas, max_replicas) -> None:
+    sized = make_plan(mix_record(capacity_rps=250.0), PlanOptions(rate_rps=rate, headroom=headroom))
+    assert (sized.replicas, sized.max_replicas) == (replicas, max_replicas)
+    assert sized.cpu_target_percent == round((1 - headroom) * 100)
+    assert f"= {replicas}" in sized.explain(mix_record())
+
+
+def test_plan_rewrites_hpa_only(fake_repo, tmp_path) -> None:
+    out = tmp_path / "deploy"
+    generate(fake_repo, out)
+    before = (out / "k8s/deployment.yaml").read_text()
+    cli.generate(fake_repo, fake_repo / "config.properties", out, PlanOptions(rate_rps=1000.0), hpa_only=True)
+    spec = yaml.safe_load((out / "k8s/hpa.yaml").read_text())["spec"]
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (6, 12)
+    assert (out / "k8s/deployment.yaml").read_text() == before
+
+
+def test_mix_within_tolerance_passes_and_mismatch_names_the_fix() -> None:
+    record = mix_record()
+    make_plan(record, PlanOptions(mix=plan.parse_mix("minilm=0.72,efficientnet_lite0=0.28")))
+    with pytest.raises(DeployError, match=r're-tune for this mix \(make tune ARGS="--mix minilm=0.5'):
+        make_plan(record, PlanOptions(mix=plan.parse_mix("minilm=0.5,efficientnet_lite0=0.5")))
+    with pytest.raises(DeployError, match="digits: asked 0.1, tuned 0"):
+        make_plan(record, PlanOptions(mix=plan.parse_mix("minilm=0.6,efficientnet_lite0=0.3,digits=0.1")))
+
+
+@pytest.mark.parametrize("text, match", [
+    ("minilm", "bad entry"), ("minilm=x", "bad entry"), ("minilm=0.7,minilm=0.3", "bad entry"),
+    ("minilm=0.7", "sum to 0.7"), ("", "empty"),
+])
+def test_bad_mix_text(text, match) -> None:
+    with pytest.raises(DeployError, match=match):
+        plan.parse_mix(text)
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"rate_rps": 0.0}, "RATE"), ({"rate_rps": float("nan")}, "RATE"), ({"headroom": 1.0}, "HEADROOM"),
+])
+def test_bad_plan_options(options, match) -> None:
+    with pytest.raises(DeployError, match=match):
+        PlanOptions(**options)
+
+
+def test_no_mix_record_names_the_tune_command(tmp_path) -> None:
+    (tmp_path / "model_store").mkdir()
+    shutil.copy(REPO_ROOT / "config.properties", tmp_path / "config.properties")
+    text = (tmp_path / "config.properties").read_text()
+    (tmp_path / "config.properties").write_text(
+        "\n".join(line for line in text.splitlines() if not line.startswith("# mix-record: ")) + "\n")
+    with pytest.raises(DeployError, match=r'no mix record.*make tune ARGS="--mix minilm=0.7,efficientnet_lite0=0.3"'):
+        generate(tmp_path, tmp_path / "deploy")
+
+
+def test_models_disagreeing_with_the_record_are_an_error(fake_repo, tmp_path) -> None:
+    cfg = fake_repo / "config.properties"
+    cfg.write_text(cfg.read_text().replace('"batchSize": 6', '"batchSize": 8'))
+    with pytest.raises(DeployError, match=r"models.minilm disagrees with the mix record: batchSize=8 \(record: 6\)"):
+        generate(fake_repo, tmp_path / "deploy")
+
+
+def test_missing_archive_names_make_build(fake_repo, tmp_path) -> None:
+    (fake_repo / "model_store" / "minilm.mar").unlink()
+    with pytest.raises(DeployError, match="make build"):
+        generate(fake_repo, tmp_path / "deploy")
