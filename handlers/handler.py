@@ -4,7 +4,9 @@ settings -> runtime (threads, precision, graph) -> per-request decode -> batched
 The family named in the archive's settings (handlers/families/) supplies what depends on the
 model's inputs and outputs. Each request is validated on its own: a bad one gets its own 4xx
 through ``context.set_response_status(code, message, idx)`` and its batch-mates are answered
-normally; an error no check foresaw is that request's 500, logged with its traceback.
+normally; an error no check foresaw is that request's 500, logged with its traceback. A KServe
+v1 / Open Inference Protocol v2 request (handlers/kserve.py) adds one item per instance to the
+batch's forward pass and is answered in its own protocol.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import torch
 
-from handlers import plan, runtime
+from handlers import kserve, plan, runtime
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError, ServerFault
 from handlers.families import Family, family_class
@@ -120,7 +122,8 @@ class Handler:
             return None
         clock = StageClock()
         results: List[Optional[bytes]] = [None] * len(data)
-        accepted: List[int] = []
+        # Per accepted request: (its index, its envelope or None, where its items start, how many).
+        spans: List[Tuple[int, Optional[kserve.Envelope], int, int]] = []
         items: List[Any] = []
 
         started = clock.start()
@@ -129,8 +132,9 @@ class Handler:
                 if isinstance(outcome, HandlerError):
                     results[idx] = self.reject(context, idx, outcome)
                 else:
-                    items.append(outcome)
-                    accepted.append(idx)
+                    envelope, decoded = outcome
+                    spans.append((idx, envelope, len(items), len(decoded)))
+                    items.extend(decoded)
             inputs = self.family.collate(items) if items else None
         clock.stop("preprocess", started)
 
@@ -141,8 +145,9 @@ class Handler:
             clock.stop("inference", started)
             started = clock.start()
             with region(self.profiler, "postprocess"):
-                for idx, answer in zip(accepted, self.family.postprocess(outputs, inputs)):
-                    results[idx] = self.encode(context, idx, answer)
+                answers = self.family.postprocess(outputs, inputs)
+                for idx, envelope, first, count in spans:
+                    results[idx] = self.encode(context, idx, answers[first:first + count], envelope)
             clock.stop("postprocess", started)
 
         emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
@@ -151,21 +156,48 @@ class Handler:
         return results
 
     def decode_all(self, data: List[Any], context) -> List[Any]:
-        """Each request decoded on its own: its item, or the HandlerError that rejects it alone."""
+        """Each request decoded on its own: (its KServe envelope or None for /predictions, its items:
+        one per instance), or the HandlerError that rejects it alone."""
 
-        def decode_one(idx: int):
+        def unwrap_one(idx: int):
             try:
-                return self.family.decode(request_body(data[idx]), _content_type(context, idx))
+                body, content_type = request_body(data[idx]), _content_type(context, idx)
+                envelope = kserve.unwrap(body, _headers(context, idx), self.family.input_kind)
+                return envelope, ((body, content_type),) if envelope is None else envelope.bodies
             except HandlerError as err:
                 return err
             except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
-                log.exception("unexpected error decoding request %d", idx)
-                return ServerFault("unexpected error decoding the request (the model log has the traceback)")
+                return _fault(idx)
 
-        if self.decode_pool is None or len(data) == 1:
-            return [decode_one(idx) for idx in range(len(data))]
-        # Image decoding and resizing release the GIL: a batch decodes on several cores at once.
-        return list(self.decode_pool.map(decode_one, range(len(data))))
+        def decode_one(job):
+            idx, body, content_type = job
+            try:
+                return self.family.decode(body, content_type)
+            except HandlerError as err:
+                return err
+            except Exception:  # as above
+                return _fault(idx)
+
+        unwrapped = [unwrap_one(idx) for idx in range(len(data))]
+        jobs = [(idx, *body) for idx, outcome in enumerate(unwrapped) if not isinstance(outcome, HandlerError)
+                for body in outcome[1]]
+        if self.decode_pool is None or len(jobs) <= 1:
+            decoded = [decode_one(job) for job in jobs]
+        else:  # image decoding and resizing release the GIL: a batch decodes on several cores at once
+            decoded = list(self.decode_pool.map(decode_one, jobs))
+        outcomes, at = [], 0
+        for outcome in unwrapped:
+            if isinstance(outcome, HandlerError):
+                outcomes.append(outcome)
+                continue
+            envelope, bodies = outcome
+            mine, at = decoded[at:at + len(bodies)], at + len(bodies)
+            failed = next(((i, d) for i, d in enumerate(mine) if isinstance(d, HandlerError)), None)
+            if failed is None:
+                outcomes.append((envelope, mine))
+            else:  # one bad instance rejects its whole request, naming the instance
+                outcomes.append(failed[1] if envelope is None else kserve.instance_error(failed[1], failed[0]))
+        return outcomes
 
     def infer(self, inputs):
         """The model on one collated batch: each input tensor on the device in the model's layout."""
@@ -175,16 +207,35 @@ class Handler:
         with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):
             return self.model(*tensors)
 
-    @staticmethod
-    def encode(context, idx: int, answer: Any) -> bytes:
-        """Bytes, so that TorchServe sends them as they are (see handlers/encoding.py)."""
-        context.set_response_content_type(idx, JSON)
-        return json_bytes(answer)
+    def encode(self, context, idx: int, answers: List[Any], envelope: Optional[kserve.Envelope] = None) -> bytes:
+        """Bytes, so that TorchServe sends them as they are (see handlers/encoding.py): a /predictions
+        request's one answer as it is, a KServe request's answers wrapped in its protocol."""
+        if envelope is None:
+            return _json_answer(context, idx, answers[0])
+        try:
+            return _json_answer(context, idx, kserve.wrap(envelope, answers, self.model_name))
+        except Exception:  # a fault of ours in wrapping: this request's 500, its batch-mates answered
+            log.exception("unexpected error wrapping the answer of request %d", idx)
+            return self.reject(context, idx, ServerFault("unexpected error wrapping the answer (the model log has "
+                                                         "the traceback)"))
 
     @staticmethod
     def reject(context, idx: int, err: HandlerError) -> bytes:
         context.set_response_status(err.status, status_phrase(err.message), idx)
-        return Handler.encode(context, idx, {"code": err.status, "type": err.kind, "message": err.message})
+        answer = {"code": err.status, "type": err.kind, "message": err.message}
+        if kserve.from_kserve_route(_headers(context, idx)):
+            answer["error"] = err.message  # where KServe / Open Inference Protocol clients read it
+        return _json_answer(context, idx, answer)
+
+
+def _fault(idx: int) -> ServerFault:
+    log.exception("unexpected error decoding request %d", idx)
+    return ServerFault("unexpected error decoding the request (the model log has the traceback)")
+
+
+def _json_answer(context, idx: int, answer: Any) -> bytes:
+    context.set_response_content_type(idx, JSON)
+    return json_bytes(answer)
 
 
 def _model_version(context) -> str:
@@ -193,12 +244,13 @@ def _model_version(context) -> str:
     return str((manifest.get("model") or {}).get("modelVersion", "1.0"))
 
 
-def _content_type(context, idx: int) -> str:
+def _headers(context, idx: int) -> dict:
     try:
-        headers = context.get_all_request_header(idx) or {}
+        return context.get_all_request_header(idx) or {}
     except (AttributeError, IndexError, KeyError, TypeError):  # contexts without request headers
-        return ""
-    for key, value in headers.items():
-        if str(key).lower() == "content-type":
-            return str(value).split(";")[0].strip().lower()
-    return ""
+        return {}
+
+
+def _content_type(context, idx: int) -> str:
+    value = kserve.header(_headers(context, idx), "content-type")
+    return "" if value is None else value.split(";")[0].strip().lower()

@@ -23,6 +23,11 @@ class Family:
     Settings: ClassVar[type] = type(None)  # a frozen dataclass; every field has a default
     # Settings of the naive path the in-process benchmark compares the optimised one with.
     naive: ClassVar[Mapping[str, Any]] = {}
+    # What one request body is, for the KServe v1/v2 envelopes (handlers/kserve.py) to hand each
+    # instance on in the form `decode` reads: "bytes" (binary, sent base64 in an envelope), "text"
+    # (a string), "tensor" (also {"data": [flat values], "shape": [...]} JSON: v2's numeric
+    # tensors), "json" (a JSON body).
+    input_kind: ClassVar[str] = "json"
 
     def __init__(self, settings: Any, model_dir: Path, channels_last: bool = False) -> None:
         """`model_dir`: where the archive's files are (labels, tokenizer, ...); `channels_last`: the

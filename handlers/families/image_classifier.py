@@ -55,6 +55,7 @@ class ImageSettings:
 
 class ImageClassifier(Family):
     name = "image_classifier"
+    input_kind = "bytes"
     Settings = ImageSettings
     naive = {"draft_decode": False}
 

@@ -144,6 +144,7 @@ def _cast(array: np.ndarray, wanted: np.dtype, name: str) -> np.ndarray:
 
 class TensorModel(Family):
     name = "tensor"
+    input_kind = "tensor"
     Settings = TensorSettings
 
     def __init__(self, settings: TensorSettings, model_dir: Path, channels_last: bool = False) -> None:

@@ -114,6 +114,7 @@ def load_tokenizer(path: Path, settings: TextSettings):
 
 class TextEmbedder(Family):
     name = "text_embedder"
+    input_kind = "text"
     Settings = TextSettings
     naive = {"pad_to_max_length": True, "max_length": 128}
 
