@@ -49,6 +49,10 @@ class Target:
 class Payload:
     body: bytes
     content_type: str
+    # A traffic mix sends each payload to its own model: its path (else the target's) and a tag
+    # its samples carry (benchmarks/load/mix.py splits the figures by it).
+    path: str = ""
+    tag: str = ""
 
 
 def payloads_for(model: str) -> Tuple[Payload, ...]:
@@ -74,7 +78,7 @@ class Connection:
                     self._conn = http.client.HTTPConnection(self.target.host, self.target.port,
                                                             timeout=self.target.timeout_s)
                 headers = {**self._headers, "Content-Type": payload.content_type}
-                self._conn.request("POST", self.target.path, payload.body, headers)
+                self._conn.request("POST", payload.path or self.target.path, payload.body, headers)
                 response = self._conn.getresponse()
                 response.read()
                 if response.will_close:
@@ -283,13 +287,13 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
                 intended, payload = item
                 sent = time.perf_counter()
                 if sent > deadline[0]:
-                    samples.append(Sample(intended, sent, sent, NO_RESPONSE))  # never sent: failed
+                    samples.append(Sample(intended, sent, sent, NO_RESPONSE, payload.tag))  # never sent: failed
                     continue
                 with lock:
                     busy[0] += 1
                     busy[1] = max(busy)
                 status = conn.post(payload)
-                samples.append(Sample(intended, sent, time.perf_counter(), status))
+                samples.append(Sample(intended, sent, time.perf_counter(), status, payload.tag))
                 with lock:
                     busy[0] -= 1
         finally:

@@ -26,6 +26,7 @@ class Sample:
     sent: float
     done: float
     status: int
+    tag: str = ""  # which model of a traffic mix (benchmarks/load/mix.py)
 
     @property
     def latency(self) -> float:

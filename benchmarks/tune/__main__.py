@@ -44,6 +44,8 @@ from benchmarks.serving.repo import (
 )
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
+from benchmarks.tune.mix import options as mix_cli
+from benchmarks.tune.mix.pipeline import tune_mix
 from benchmarks.tune.options import TuneOptions, record_of
 from benchmarks.tune.pipeline import tune_model
 from build.catalogue import Catalogue
@@ -108,6 +110,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the verification's capacity search (the benchmark's point): open-loop points at most")
     g.add_argument("--verify-warmup-s", type=float, default=30.0,
                    help="the verification: unmeasured load after the restart")
+    mix_cli.add_arguments(p)
     return p
 
 
@@ -147,6 +150,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     processes.sigterm_as_interrupt()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
+    if args.mix:
+        return main_mix(args, argv)
     try:
         runs = runs_from(args, argv)
     except (LauncherError, BuildError) as exc:
@@ -164,6 +169,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error [{options.model}]: {exc}", file=sys.stderr)
             status = 2
     return status
+
+
+def main_mix(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
+    try:
+        options = mix_cli.mix_options(args, parser(), Catalogue.load(CATALOGUE), usable_cores(), command)
+        return tune_mix(options, progress_for("mix"))
+    except KeyboardInterrupt:
+        print("\ninterrupted: every server was stopped; config.properties is written only at the end", file=sys.stderr)
+        return 130
+    except (LauncherError, BuildError) as exc:  # tuner, launcher, benchmark, config, build errors
+        print(f"error [mix]: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""Tune one server for a traffic mix, end to end:
+
+    cores by demand -> search (a whole server per candidate, all models loaded, mixed traffic)
+      -> the same run's reference: the per-model-alone values (the file as it was) in the mix
+      -> write config.properties (threads and the mix record) -> verify: the capacity again,
+         from the written file, with longer points -> report
+
+One model is the special case of a mix of one.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Optional, Tuple
+
+from benchmarks.load.mix import Mix
+from benchmarks.serving.environment import describe_environment
+from benchmarks.serving.repo import CATALOGUE, REPO_ROOT, shown
+from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+from benchmarks.tune.config_writer import Provenance, Update
+from benchmarks.tune.mix import report
+from benchmarks.tune.mix.measure import Capacity, PointSettings, measure_capacity
+from benchmarks.tune.mix.plan import MixPlan, starting_plan
+from benchmarks.tune.mix.record import MixRecord, ModelShare
+from benchmarks.tune.mix.search import SearchSettings, search
+from benchmarks.tune.mix.writer import write_mix
+from benchmarks.tune.outcome import machine
+from build.archive import build_entry
+from build.catalogue import Catalogue
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class MixOptions:
+    mix: Mix
+    cores: int
+    config: Path
+    model_store: Path
+    folder: Path
+    search: SearchSettings
+    search_point: PointSettings  # the search's points
+    final_point: PointSettings  # the reference and the verification: longer points
+    write: bool
+    command: str
+
+    def to_json(self) -> dict:
+        return {"mix": self.mix.to_json(), "cores": self.cores, "config": shown(self.config),
+                "search": self.search.to_json(), "search_point": self.search_point.to_json(),
+                "final_point": self.final_point.to_json(), "write": self.write, "command": self.command}
+
+
+def alone_values(config_text: str, base: ServerConfig, names) -> Dict[str, Tuple[ModelSettings, Optional[float]]]:
+    """Each model's values in the file and the capacity its alone-tuning recorded (None: never tuned)."""
+    out = {}
+    known = set(base.model_names)
+    for name in names:
+        found = re.search(rf"^# tuned {re.escape(name)}: .*\n#   measured: ([0-9.]+) req/s", config_text, re.M)
+        out[name] = (base.model(name).settings if name in known else ModelSettings(),
+                     float(found.group(1)) if found else None)
+    return out
+
+
+def first_rate(mix: Mix, plan: MixPlan, cores: int, alone: Dict[str, Tuple[ModelSettings, Optional[float]]]) -> float:
+    """Where the search starts: each model's alone capacity scaled to its cores, at its share."""
+    limits = [alone[n][1] * c.workers * c.threads / cores / mix.shares[n] for n, c in plan.models if alone[n][1]]
+    return round(0.8 * min(limits), 1) if limits else 20.0
+
+
+def tune_mix(options: MixOptions, progress: Progress) -> int:
+    mix, folder = options.mix, options.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    progress(f"mix {mix.label()}; budget {options.cores} cores; report {shown(folder)}")
+    catalogue = Catalogue.load(CATALOGUE)
+    archives = {m: build_entry(catalogue, m, REPO_ROOT, options.model_store, progress=progress).archive
+                for m in mix.names}
+    before = folder / "config.before.properties"
+    shutil.copyfile(options.config, before)
+    text = before.read_text(encoding="utf-8")
+    base = ServerConfig.load(before)
+    alone = alone_values(text, base, mix.names)
+    others = {e.name: e.settings for e in base.models}
+    start = starting_plan(mix, options.cores, alone)
+    start_rps = first_rate(mix, start, options.cores, alone)
+    progress(f"starting plan {start.key} at {start_rps:g} req/s")
+
+    def measure(plan: MixPlan, rps: float, label: str) -> Capacity:
+        return measure_capacity(label, mix, options.model_store, before, plan.settings(others), rps,
+                                options.search_point, progress)
+
+    tried, chosen = search(mix, options.cores, start, start_rps, measure, options.search, progress)
+    progress(f"chosen: {chosen.plan.key} ({chosen.capacity.rate_rps:.1f} req/s in the search)")
+    reference = measure_capacity("per-model-alone values", mix, options.model_store, before, None,
+                                 max(1.0, 0.7 * chosen.capacity.rate_rps), options.final_point, progress)
+    environment = describe_environment()
+    written = options.config if options.write else folder / "config.tuned.properties"
+    if not options.write:
+        shutil.copyfile(before, written)
+    updates = [Update(n, s, base.model(n).version if n in others else "1.0", f"{n}.mar")
+               for n, s in chosen.plan.settings(others).items()]
+    record = _record(options, chosen.plan, chosen.capacity, reference, environment)
+    write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
+    progress(f"wrote {shown(written)}; verifying from it")
+    verified = measure_capacity("tuned (from the written file)", mix, options.model_store, written, None,
+                                max(1.0, chosen.capacity.rate_rps), options.final_point, progress)
+    record = _record(options, chosen.plan, verified, reference, environment)
+    write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
+    content = report.build(options, alone, tried, chosen, reference, verified, record, environment)
+    report.write(folder, content)
+    report.print_summary(content, folder)
+    return 0 if verified.best is not None else 1
+
+
+def _idle(others: Dict[str, ModelSettings], mix: Mix) -> Tuple[str, ...]:
+    return tuple(n for n in others if n not in mix.shares)
+
+
+def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: Capacity, environment: dict) -> MixRecord:
+    best = measured.best
+    models = []
+    for name, c in plan.models:
+        rate = best.models[name]["achieved_rps"] if best else 0.0
+        p99 = (best.model_p99_ms(name) or 0.0) if best else 0.0
+        models.append(ModelShare(name, round(options.mix.shares[name], 4), options.mix.slo_ms[name], c.workers,
+                                 c.threads, c.batch_size, c.max_batch_delay_ms, round(rate, 1), round(p99, 1)))
+    return MixRecord(tuple(models), round(measured.rate_rps, 1), round(reference.rate_rps, 1), options.cores,
+                     round(measured.memory_mib, 1), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     shown(options.folder), machine(environment))
+
+
+def _provenance(record: MixRecord, environment: dict) -> Tuple[Provenance, ...]:
+    return tuple(Provenance(m.name, record.date, m.slo_ms,
+                            ModelSettings(m.batch_size, m.max_batch_delay_ms, m.workers, m.workers, threads=m.threads),
+                            m.threads, m.rate_rps, m.p99_ms, f"its share of the tuned mix, {record.capacity_rps:.1f} "
+                            "req/s in all: see the mix record above", None, record.report, record.machine)
+                 for m in record.models)

@@ -1,0 +1,143 @@
+"""The mix tuner's report: report.json (everything), report.md (the tables) and mix.png (capacity
+per candidate; each model's p99 against the total rate, tuned vs per-model-alone values)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
+
+from benchmarks.serving.ts_config import ModelSettings
+from benchmarks.tune.mix.measure import Capacity
+from benchmarks.tune.mix.record import MixRecord
+from benchmarks.tune.mix.search import Tried
+
+TARGET_RATIO = 1.5  # the issue's target: tuned capacity in the mix >= 1.5x the per-model-alone values'
+
+
+def build(options, alone: Dict[str, Tuple[ModelSettings, Optional[float]]], tried: Sequence[Tried], chosen: Tried,
+          reference: Capacity, verified: Capacity, record: MixRecord, environment: dict) -> dict:
+    ratio = verified.rate_rps / reference.rate_rps if reference.rate_rps else None
+    return {
+        "options": options.to_json(),
+        "environment": environment,
+        "alone": {n: {"values": s.to_json(), "recorded_capacity_rps": cap} for n, (s, cap) in alone.items()},
+        "search": [{"move": t.move, "plan": t.plan.to_json(), "capacity": t.capacity.to_json()} for t in tried],
+        "chosen": chosen.plan.to_json(),
+        "reference": reference.to_json(),
+        "verified": verified.to_json(),
+        "ratio": ratio,
+        "target": {"ratio": TARGET_RATIO, "met": ratio is not None and ratio >= TARGET_RATIO},
+        "record": record.to_json(),
+    }
+
+
+def _per_model_rows(content: dict, key: str) -> list:
+    best = content[key]["best"]
+    if not best:
+        return ["| (no rate passed) | | | |"]
+    slo = content["options"]["mix"]["slo_ms"]
+    rows = []
+    for name, figures in best["models"].items():
+        p99 = (figures["latency_ms"] or {}).get("p99_ms")
+        rows.append(f"| {name} | {figures['achieved_rps']:.1f} | {'-' if p99 is None else f'{p99:.1f}'} | "
+                    f"{slo[name]:g} |")
+    return rows
+
+
+def markdown(content: dict) -> str:
+    o, ref, ver = content["options"], content["reference"], content["verified"]
+    ratio = content["ratio"]
+    lines = [
+        "# Tuned for a traffic mix",
+        "",
+        f"Mix: {', '.join(f'{n} {s:.0%}' for n, s in o['mix']['shares'].items())}; core budget {o['cores']} "
+        "(sum of workers x threads over the mix's models). Command: `" + o["command"] + "`.",
+        "",
+        "## Capacity in the mix (same run, same points)",
+        "",
+        "| server | total req/s within every SLO | memory (MiB) |",
+        "|---|---|---|",
+        f"| per-model-alone values (config.properties before) | {ref['capacity_rps']:.1f} | {ref['memory_mib']:.0f} |",
+        f"| tuned for the mix (from the written file) | {ver['capacity_rps']:.1f} | {ver['memory_mib']:.0f} |",
+        "",
+        f"Ratio: **{'-' if ratio is None else f'{ratio:.2f}x'}** (target >= {TARGET_RATIO}x: "
+        f"{'met' if content['target']['met'] else 'missed'}).",
+        "",
+        "### Each model at the tuned capacity point",
+        "",
+        "| model | req/s | p99 (ms) | SLO (ms) |",
+        "|---|---|---|---|",
+        *_per_model_rows(content, "verified"),
+        "",
+        "### Each model at the per-model-alone values' capacity point",
+        "",
+        "| model | req/s | p99 (ms) | SLO (ms) |",
+        "|---|---|---|---|",
+        *_per_model_rows(content, "reference"),
+        "",
+        "### What each model gets alone (its own tuning, recorded in config.properties before)",
+        "",
+        "| model | values alone | capacity alone (req/s) | in the tuned mix |",
+        "|---|---|---|---|",
+    ]
+    chosen = content["chosen"]
+    for name, alone in content["alone"].items():
+        v, c = alone["values"], chosen[name]
+        cap = alone["recorded_capacity_rps"]
+        lines.append(f"| {name} | {v['minWorkers']} workers, batch {v['batchSize']}, delay {v['maxBatchDelay']} ms | "
+                     f"{'-' if cap is None else f'{cap:.1f}'} | {c['workers']} x {c['threads']} thread(s), batch "
+                     f"{c['batch_size']}, delay {c['max_batch_delay_ms']} ms |")
+    lines += ["", "## The search (a whole server per candidate, every model loaded)", "",
+              "| # | move | capacity (req/s) |", "|---|---|---|"]
+    for i, t in enumerate(content["search"], 1):
+        lines.append(f"| {i} | {t['move']} | {t['capacity']['capacity_rps']:.1f} |")
+    lines += ["", "![capacity and p99 per model](mix.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(content: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(content["options"]["mix"]["shares"])
+    fig, axes = plt.subplots(1, 1 + len(names), figsize=(5 + 4.5 * len(names), 4))
+    labels = [f"c{i}" for i in range(1, len(content["search"]) + 1)] + ["alone values", "tuned"]
+    values = [t["capacity"]["capacity_rps"] for t in content["search"]]
+    values += [content["reference"]["capacity_rps"], content["verified"]["capacity_rps"]]
+    axes[0].bar(labels, values, color=["#999"] * len(content["search"]) + ["#d62728", "#2ca02c"])
+    axes[0].set_ylabel("total req/s within every SLO")
+    axes[0].set_title("capacity in the mix")
+    slo = content["options"]["mix"]["slo_ms"]
+    for ax, name in zip(axes[1:], names):
+        for key, colour, label in (("reference", "#d62728", "alone values"), ("verified", "#2ca02c", "tuned")):
+            points = sorted(content[key]["points"], key=lambda p: p["offered_rps"])
+            xs = [p["offered_rps"] for p in points if p["models"][name]["latency_ms"]]
+            ys = [p["models"][name]["latency_ms"]["p99_ms"] for p in points if p["models"][name]["latency_ms"]]
+            ax.plot(xs, ys, "o-", color=colour, label=label)
+        ax.axhline(slo[name], color="k", linestyle="--", linewidth=1, label="SLO")
+        ax.set_yscale("log")
+        ax.set_xlabel("total offered req/s")
+        ax.set_ylabel("p99 (ms)")
+        ax.set_title(name)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(folder: Path, content: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(content, indent=1, default=str), encoding="utf-8")
+    (folder / "report.md").write_text(markdown(content), encoding="utf-8")
+    plot(content, folder / "mix.png")
+    return folder / "report.md"
+
+
+def print_summary(content: dict, folder: Path) -> None:
+    ratio = content["ratio"]
+    print(f"mix: tuned {content['verified']['capacity_rps']:.1f} req/s vs per-model-alone values "
+          f"{content['reference']['capacity_rps']:.1f} req/s"
+          + ("" if ratio is None else f" ({ratio:.2f}x)") + f"; report {folder / 'report.md'}")
