@@ -19,6 +19,7 @@ help:
 	@echo "make build      model_store/*.mar from catalogue.yaml (incremental)"
 	@echo "make tune       search batchSize/maxBatchDelay/workers per model, write config.properties, verify"
 	@echo "                [MODEL=<name>] [ARGS=\"--slo-ms 80 ...\"]  (python -m benchmarks.tune --help)"
+	@echo "make tune MIX=minilm=0.7,efficientnet_lite0=0.3  one server for that traffic mix, all models at once"
 	@echo "make bench-inprocess [ARGS='--batch-size 8 --threads 2']  handler settings vs the naive path, no server"
 	@echo "make bench MODEL=<name> [ARGS='--window-s 3 ...']  ours vs stock baseline vs in-process limit (benchmarks/reports/)"
 	@echo "make reliability  bad input, worker kill, broken archives, overload, short soak, auth: one table"
@@ -97,7 +98,7 @@ bench: build java-check
 # The tuner measures on real servers (minutes per model), rewrites only the models= stanza of
 # config.properties with a provenance record, then restarts TorchServe from it to verify.
 tune: build java-check
-	$(PY) -m benchmarks.tune $(if $(MODEL),--model $(MODEL)) $(ARGS)
+	$(PY) -m benchmarks.tune $(if $(MODEL),--model $(MODEL)) $(if $(MIX),--mix $(MIX)) $(ARGS)
 
 # Reliability and security on real servers (own ports and temp dirs): the bad-input corpus, a worker
 # SIGKILLed under load, broken archives, 3x overload on a small job queue, a short soak, token auth

@@ -12,7 +12,7 @@ from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix.record import MixRecord, read_mix
 from deployment.errors import DeployError
 
-TUNE_FIX = 'make tune ARGS="--mix minilm=0.7,efficientnet_lite0=0.3"'
+TUNE_FIX = 'make tune MIX=minilm=0.7,efficientnet_lite0=0.3'
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def check_mix(wanted: Mapping[str, float], mix: MixRecord) -> None:
         asked = ",".join(f"{n}={s:g}" for n, s in wanted.items())
         raise DeployError(f"MIX does not match the tuned mix (tolerance {SHARE_TOLERANCE:g} per share): "
                           f"{'; '.join(off)}. Its capacity was measured for other shares: re-tune for this mix "
-                          f'(make tune ARGS="--mix {asked}") or plan without MIX')
+                          f'(make tune MIX={asked}) or plan without MIX')
 
 
 def make_plan(mix: MixRecord, options: PlanOptions) -> Plan:

@@ -45,7 +45,7 @@ from benchmarks.serving.repo import (
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
 from benchmarks.tune.mix import options as mix_cli
-from benchmarks.tune.mix.pipeline import tune_mix
+from benchmarks.tune.mix.pipeline import reproduce, tune_mix
 from benchmarks.tune.options import TuneOptions, record_of
 from benchmarks.tune.pipeline import tune_model
 from build.catalogue import Catalogue
@@ -175,7 +175,7 @@ def main_mix(args: argparse.Namespace, argv: Sequence[str]) -> int:
     command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
     try:
         options = mix_cli.mix_options(args, parser(), Catalogue.load(CATALOGUE), usable_cores(), command)
-        return tune_mix(options, progress_for("mix"))
+        return (reproduce if args.mix_reproduce else tune_mix)(options, progress_for("mix"))
     except KeyboardInterrupt:
         print("\ninterrupted: every server was stopped; config.properties is written only at the end", file=sys.stderr)
         return 130

@@ -26,8 +26,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from benchmarks.serving import properties
 from benchmarks.serving.ts_config import TUNED_KEYS, ModelSettings
-from handlers.plan import THREADS_KEY
 from benchmarks.tune.errors import ConfigWriteError
+from handlers.plan import THREADS_KEY
 
 HEADER = "# Tuner provenance (python -m benchmarks.tune): one record per tuned model, for its values in models= below."
 RECORD_PREFIX = "# tuned "

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import requests
 
+from benchmarks.load.runner import worker_threads
 from benchmarks.serving.server_metrics import REQUESTS, Scrape
 from benchmarks.serving.ts_config import ModelEntry, ModelSettings
 from tests.e2e.conftest import MODELS
@@ -105,3 +108,14 @@ def test_prometheus_metrics(server, model):
     request = examples_of(model)[0][1]
     assert server.predict(model, request.body, request.content_type).status_code == 200
     assert Scrape.of(server.metrics_text()).total(REQUESTS, model) >= 1
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_worker_threads_follow_the_written_plan(server, root_config, model):
+    """config.properties' "threads" per model (the mix tuner's plan) is what every worker runs:
+    the launcher names the file in TS_CONFIG_FILE, as `make serve` and the image do."""
+    planned = root_config.model(model).settings.threads if model in root_config.model_names else None
+    if planned is None:
+        pytest.skip(f"{model} has no thread plan in config.properties")
+    assert set(worker_threads(server, model)) == {planned}
+    assert re.search(rf"{re.escape(model)} ready in .*threads={planned} \(from plan;", server.log_text("model_log.log"))

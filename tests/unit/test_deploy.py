@@ -106,7 +106,7 @@ def test_plan_rewrites_hpa_only(fake_repo, tmp_path) -> None:
 def test_mix_within_tolerance_passes_and_mismatch_names_the_fix() -> None:
     record = mix_record()
     make_plan(record, PlanOptions(mix=plan.parse_mix("minilm=0.72,efficientnet_lite0=0.28")))
-    with pytest.raises(DeployError, match=r're-tune for this mix \(make tune ARGS="--mix minilm=0.5'):
+    with pytest.raises(DeployError, match=r're-tune for this mix \(make tune MIX=minilm=0.5'):
         make_plan(record, PlanOptions(mix=plan.parse_mix("minilm=0.5,efficientnet_lite0=0.5")))
     with pytest.raises(DeployError, match="digits: asked 0.1, tuned 0"):
         make_plan(record, PlanOptions(mix=plan.parse_mix("minilm=0.6,efficientnet_lite0=0.3,digits=0.1")))
@@ -135,7 +135,7 @@ def test_no_mix_record_names_the_tune_command(tmp_path) -> None:
     text = (tmp_path / "config.properties").read_text()
     (tmp_path / "config.properties").write_text(
         "\n".join(line for line in text.splitlines() if not line.startswith("# mix-record: ")) + "\n")
-    with pytest.raises(DeployError, match=r'no mix record.*make tune ARGS="--mix minilm=0.7,efficientnet_lite0=0.3"'):
+    with pytest.raises(DeployError, match=r'no mix record.*make tune MIX=minilm=0.7,efficientnet_lite0=0.3'):
         generate(tmp_path, tmp_path / "deploy")
 
 

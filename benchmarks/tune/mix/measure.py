@@ -10,7 +10,14 @@ from typing import Callable, Dict, Mapping, Optional
 
 from benchmarks.load import loadgen, runner
 from benchmarks.load.capacity import RateSettings, find_max_rate
-from benchmarks.load.mix import NORMALISED_SLO, Mix, MixPoint, mixed_payloads, mixed_point, window_for
+from benchmarks.load.mix import (
+    NORMALISED_SLO,
+    Mix,
+    MixPoint,
+    mixed_payloads,
+    mixed_point,
+    window_for,
+)
 from benchmarks.load.stats import StabilityRule
 from benchmarks.serving import resources
 from benchmarks.serving.launcher import TorchServe

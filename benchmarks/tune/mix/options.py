@@ -27,6 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mix-search-requests", type=int, default=1000,
                    help="the search's points: arrivals of the least-shared model per point at least "
                         "(the reference and the verification use --point-requests)")
+    g.add_argument("--mix-window-s", type=float, default=5.0, help="window length of every mixed point at least")
+    g.add_argument("--mix-warmup-s", type=float, default=10.0,
+                   help="the search: unmeasured load after each server start (the reference and the verification "
+                        "use --verify-warmup-s)")
+    g.add_argument("--mix-reproduce", action="store_true",
+                   help="measure the written file's capacity again (the verification's points, no search, no "
+                        "write) and compare it with its mix record: does the recorded figure reproduce?")
 
 
 def mix_options(args: argparse.Namespace, parser: argparse.ArgumentParser, catalogue: Catalogue, cores: int,
@@ -38,12 +45,17 @@ def mix_options(args: argparse.Namespace, parser: argparse.ArgumentParser, catal
                         "slo_ms); drop them, or tune one model without --mix")
     if args.mix_candidates < 1 or args.mix_search_requests < 100 or args.point_requests < 100:
         raise TuneError("--mix-candidates must be >= 1, --mix-search-requests and --point-requests >= 100")
+    if args.mix_window_s <= 0 or args.mix_warmup_s < 0 or args.verify_warmup_s < 0:
+        raise TuneError("--mix-window-s must be > 0, --mix-warmup-s and --verify-warmup-s >= 0")
     mix = Mix.parse(args.mix, {n: catalogue.entry(n).slo_ms for n in catalogue.names})
     rates = RateSettings(step=args.rate_step, resolution=args.rate_resolution, max_points=args.max_points)
     search = SearchSettings(**{k: v for k, v in (("batch_sizes", args.batch_sizes), ("delays", args.delays))
                                if v}, max_candidates=args.mix_candidates, min_gain_pct=args.min_gain_pct)
-    search_point = PointSettings(point_requests=args.mix_search_requests, rates=rates)
-    final_point = PointSettings(point_requests=args.point_requests, warmup_s=args.verify_warmup_s, rates=rates)
-    folder = Path(args.out) / f"tune-mix-{time.strftime('%Y%m%d-%H%M%S')}"
+    search_point = PointSettings(point_requests=args.mix_search_requests, window_s=args.mix_window_s,
+                                 warmup_s=args.mix_warmup_s, rates=rates)
+    final_point = PointSettings(point_requests=args.point_requests, window_s=args.mix_window_s,
+                                warmup_s=args.verify_warmup_s, rates=rates)
+    kind = "tune-mix-reproduce" if args.mix_reproduce else "tune-mix"
+    folder = Path(args.out) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     return MixOptions(mix, cores, Path(args.config).resolve(), Path(args.model_store).resolve(), folder.resolve(),
                       search, search_point, final_point, not args.no_write, command)

@@ -16,8 +16,6 @@ from benchmarks.serving.ts_config import ModelSettings
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.space import Candidate
 
-IDLE = Candidate(workers=1, threads=1, batch_size=1, max_batch_delay_ms=1)
-
 
 @dataclass(frozen=True)
 class MixPlan:
@@ -112,8 +110,3 @@ def _fewer_cores(candidate: Candidate) -> Candidate:
     if candidate.threads > 1:
         return replace(candidate, threads=candidate.threads - 1)
     return replace(candidate, workers=candidate.workers - 1)
-
-
-def check_budget(plan: MixPlan, cores: int) -> None:
-    if plan.cores > cores:
-        raise TuneError(f"plan {plan.key} uses {plan.cores} cores, the budget is {cores}")

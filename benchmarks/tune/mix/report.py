@@ -110,6 +110,7 @@ def plot(content: dict, path: Path) -> None:
     axes[0].bar(labels, values, color=["#999"] * len(content["search"]) + ["#d62728", "#2ca02c"])
     axes[0].set_ylabel("total req/s within every SLO")
     axes[0].set_title("capacity in the mix")
+    axes[0].tick_params(axis="x", labelrotation=30)
     slo = content["options"]["mix"]["slo_ms"]
     for ax, name in zip(axes[1:], names):
         for key, colour, label in (("reference", "#d62728", "alone values"), ("verified", "#2ca02c", "tuned")):
@@ -141,3 +142,16 @@ def print_summary(content: dict, folder: Path) -> None:
     print(f"mix: tuned {content['verified']['capacity_rps']:.1f} req/s vs per-model-alone values "
           f"{content['reference']['capacity_rps']:.1f} req/s"
           + ("" if ratio is None else f" ({ratio:.2f}x)") + f"; report {folder / 'report.md'}")
+
+
+def write_reproduction(folder: Path, content: dict) -> None:
+    """reproduce.json and reproduce.md: the recorded capacity against a second measurement."""
+    (folder / "reproduce.json").write_text(json.dumps(content, indent=1, default=str), encoding="utf-8")
+    record, again = content["record"], content["again"]
+    rows = _per_model_rows({"options": content["options"], "again": again}, "again")
+    lines = ["# The tuned mix, measured again", "", f"Command: `{content['options']['command']}`.", "",
+             "| | total req/s within every SLO |", "|---|---|",
+             f"| recorded ({record['date']}, {record['report']}) | {record['capacity_rps']:.1f} |",
+             f"| again | {again['capacity_rps']:.1f} ({content['change_pct']:+.1f}%) |", "",
+             "| model | req/s | p99 (ms) | SLO (ms) |", "|---|---|---|---|", *rows, ""]
+    (folder / "reproduce.md").write_text("\n".join(lines), encoding="utf-8")

@@ -23,7 +23,8 @@ from benchmarks.tune.config_writer import (
     rewrite,
 )
 from benchmarks.tune.errors import ConfigWriteError
-from benchmarks.tune.mix.record import MIX_PREFIX, MORE, RECORD_PREFIX as MIX_RECORD, MixRecord
+from benchmarks.tune.mix.record import MIX_PREFIX, MORE, MixRecord
+from benchmarks.tune.mix.record import RECORD_PREFIX as MIX_RECORD
 
 
 def _without_mix_block(lines: List[str]) -> List[str]:
