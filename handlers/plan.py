@@ -3,7 +3,7 @@
 Several models share one server's cores, so no worker can work out its threads from its own model
 alone. The tuner writes each model's share into config.properties, next to the frontend's values:
 
-    models={"minilm": {"1.0": {..., "minWorkers": 1, "maxWorkers": 1, "threads": 1}}, ...}
+    models={"my_model": {"1.0": {..., "minWorkers": 1, "maxWorkers": 1, "threads": 1}}, ...}
 
 TorchServe ignores the `threads` key; the worker reads it here. A worker learns the file's path
 from TS_CONFIG_FILE, the variable TorchServe's own launcher reads before --ts-config (so the two

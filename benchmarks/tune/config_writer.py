@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from benchmarks.serving import properties
 from benchmarks.serving.ts_config import TUNED_KEYS, ModelSettings
@@ -257,8 +257,10 @@ def check_archives(archives: Mapping[str, Path]) -> None:
 
 
 def write_config(path: Path, updates: Sequence[Update], records: Sequence[Provenance] = (),
-                 archives: Optional[Mapping[str, Path]] = None) -> str:
-    """Check the archives, rewrite `path` in place (atomically) and return the new text."""
+                 archives: Optional[Mapping[str, Path]] = None,
+                 rewrite_text: Optional[Callable[[str], str]] = None) -> str:
+    """Check the archives, rewrite `path` in place (atomically) and return the new text.
+    `rewrite_text`: the new text from the old (default: `rewrite` with these updates and records)."""
     if archives is not None:
         check_archives(archives)
     path = Path(path)
@@ -266,12 +268,12 @@ def write_config(path: Path, updates: Sequence[Update], records: Sequence[Proven
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigWriteError(f"cannot read {path}: {exc}") from exc
-    new = rewrite(text, updates, records)
+    new = rewrite_text(text) if rewrite_text is not None else rewrite(text, updates, records)
     written = _parse_models(properties.parse(new).get("models", ""))
-    for update in updates:  # read back as TorchServe will, before the file is replaced
+    for update in updates:  # read back as TorchServe and the workers will, before the file is replaced
         versions = written.get(update.name) or {}
         default = next((b for b in versions.values() if b.get("defaultVersion")), next(iter(versions.values()), {}))
-        if update.settings.mismatches(default):
+        if update.settings.mismatches(default) or default.get(THREADS_KEY) != update.settings.threads:
             raise ConfigWriteError(f"internal error: {update.name}'s values do not read back from the new text")
     tmp = path.with_name(f".{path.name}.tuner-tmp")
     tmp.write_text(new, encoding="utf-8", newline="")

@@ -7,22 +7,18 @@ records (which described values tuned alone) are dropped.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import List, Mapping, Sequence
 
-from benchmarks.serving import properties
-from benchmarks.serving.ts_config import parse_models
 from benchmarks.tune.config_writer import (
     HEADER,
     RECORD_MORE,
     RECORD_PREFIX,
     Provenance,
     Update,
-    check_archives,
     rewrite,
+    write_config,
 )
-from benchmarks.tune.errors import ConfigWriteError
 from benchmarks.tune.mix.record import MIX_PREFIX, MORE, MixRecord
 from benchmarks.tune.mix.record import RECORD_PREFIX as MIX_RECORD
 
@@ -65,28 +61,8 @@ def rewrite_mix(text: str, updates: Sequence[Update], records: Sequence[Provenan
     return newline.join(lines) + newline
 
 
-def _tuned(settings) -> tuple:
-    if settings is None:
-        return ()
-    return (settings.batch_size, settings.max_batch_delay_ms, settings.min_workers, settings.max_workers,
-            settings.threads)
-
-
 def write_mix(path: Path, updates: Sequence[Update], records: Sequence[Provenance], mix: MixRecord,
               dropped_records: Sequence[str], archives: Mapping[str, Path]) -> str:
     """Check the archives, rewrite `path` in place (atomically) and return the new text."""
-    check_archives(archives)
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigWriteError(f"cannot read {path}: {exc}") from exc
-    new = rewrite_mix(text, updates, records, mix, dropped_records)
-    written = {e.name: e.settings for e in parse_models(properties.parse(new).get("models", ""))}
-    for update in updates:  # read back as TorchServe and the workers will, before the file is replaced
-        if _tuned(written.get(update.name)) != _tuned(update.settings):
-            raise ConfigWriteError(f"internal error: {update.name}'s values do not read back from the new text")
-    tmp = path.with_name(f".{path.name}.tuner-tmp")
-    tmp.write_text(new, encoding="utf-8", newline="")
-    os.replace(tmp, path)
-    return new
+    return write_config(path, updates, records, archives,
+                        rewrite_text=lambda text: rewrite_mix(text, updates, records, mix, dropped_records))
