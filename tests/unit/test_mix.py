@@ -180,3 +180,19 @@ def test_a_file_without_a_mix_record_has_none(tmp_path: Path):
     path = tmp_path / "config.properties"
     path.write_text(CONFIG, encoding="utf-8")
     assert read_mix(path) is None
+
+
+def test_alone_capacity_comes_from_a_per_model_tune_never_from_a_mix_share(tmp_path: Path):
+    from benchmarks.serving.ts_config import ServerConfig
+    from benchmarks.tune.mix.pipeline import SHARE_NOTE, alone_values
+
+    lines = ["# tuned text: 2026-11-23 02:19 UTC, SLO p99 <= 50 ms: batchSize 6, maxBatchDelay 1 ms, 2 workers x 1 thread",
+             "#   measured: 461.7 req/s at p99 41.8 ms (verified from the written file)",
+             "# tuned idle: 2026-11-23 04:45 UTC, SLO p99 <= 50 ms: batchSize 6, maxBatchDelay 1 ms, 1 worker x 1 thread",
+             f"#   measured: 155.6 req/s at p99 38.4 ms ({SHARE_NOTE}, 222.0 req/s in all: see the mix record above)"]
+    text = "\n".join(lines) + "\n" + CONFIG.split("# the server\n", 1)[1].replace(
+        "# tuned idle", "# was idle").replace("#   measured: 2630.1", "#   was")
+    path = tmp_path / "config.properties"
+    path.write_text(text, encoding="utf-8")
+    alone = alone_values(text, ServerConfig.load(path), ("text", "idle"))
+    assert alone["text"][1] == 461.7 and alone["idle"][1] is None

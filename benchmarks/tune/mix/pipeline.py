@@ -34,6 +34,8 @@ from build.archive import build_entry
 from build.catalogue import Catalogue
 
 Progress = Callable[[str], None]
+# How a mix tune's per-model records start their note (alone_values skips them).
+SHARE_NOTE = "its share of the tuned mix"
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,13 @@ class MixOptions:
 
 
 def alone_values(config_text: str, base: ServerConfig, names) -> Dict[str, Tuple[ModelSettings, Optional[float]]]:
-    """Each model's values in the file and the capacity its alone-tuning recorded (None: never tuned)."""
+    """Each model's values in the file and the capacity its alone-tuning recorded (None: never tuned
+    alone; a record a mix tune wrote holds the model's share of the mix, not its capacity alone)."""
     out = {}
     known = set(base.model_names)
     for name in names:
-        found = re.search(rf"^# tuned {re.escape(name)}: .*\n#   measured: ([0-9.]+) req/s", config_text, re.M)
+        found = re.search(rf"^# tuned {re.escape(name)}: .*\n#   measured: ([0-9.]+) req/s at p99 [0-9.]+ ms "
+                          rf"\((?!{re.escape(SHARE_NOTE)})", config_text, re.M)
         out[name] = (base.model(name).settings if name in known else ModelSettings(),
                      float(found.group(1)) if found else None)
     return out
@@ -136,7 +140,7 @@ def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: C
 def _provenance(record: MixRecord, environment: dict) -> Tuple[Provenance, ...]:
     return tuple(Provenance(m.name, record.date, m.slo_ms,
                             ModelSettings(m.batch_size, m.max_batch_delay_ms, m.workers, m.workers, threads=m.threads),
-                            m.threads, m.rate_rps, m.p99_ms, f"its share of the tuned mix, {record.capacity_rps:.1f} "
+                            m.threads, m.rate_rps, m.p99_ms, f"{SHARE_NOTE}, {record.capacity_rps:.1f} "
                             "req/s in all: see the mix record above", None, record.report, record.machine)
                  for m in record.models)
 
