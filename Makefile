@@ -59,6 +59,7 @@ build: $(STAMP)
 # One shell line, so the Java resolved once serves both --start and the --stop after a failed wait.
 serve: build
 	@mkdir -p logs
+	@$(PY) -m benchmarks.serving.serve_wait --check
 	@$(WITH_JAVA) export TS_CONFIG_FILE=$(abspath config.properties); \
 	 echo "+ JAVA_HOME=$$JAVA_HOME TS_CONFIG_FILE=$$TS_CONFIG_FILE $(TS) --start --model-store model_store --ts-config config.properties --ncs"; \
 	 $(TS) --start --model-store model_store --ts-config config.properties --ncs > logs/console.log 2>&1 \

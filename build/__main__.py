@@ -14,6 +14,8 @@ from pathlib import Path
 from build.archive import build_entry
 from build.catalogue import Catalogue
 from build.errors import BuildError
+from build.report import lines as report_lines
+from build.report import write as write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +38,7 @@ def main(argv=None) -> int:
         print(f"build failed: {err}", file=sys.stderr)
         return 1
 
-    failed = []
+    failed, built = [], []
     for i, name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {name}", flush=True)
         try:
@@ -52,10 +54,17 @@ def main(argv=None) -> int:
             traceback.print_exc(file=sys.stderr)
             failed.append(name)
             continue
+        built.append(result)
         if result.rebuilt:
-            print(f"  built {result.archive} in {result.seconds:.1f}s", flush=True)
+            print(f"  built {', '.join(p.name for p in result.archives.values())} in {result.seconds:.1f}s", flush=True)
         else:
-            print(f"  {result.archive} is up to date (inputs unchanged)", flush=True)
+            print(f"  {', '.join(p.name for p in result.archives.values())}: up to date (inputs unchanged)", flush=True)
+    if built:
+        report = write_report(args.out, built)
+        print(f"\nvariants (accuracy gate vs fp32 eager; in-process items/s on 1 thread, batch 1 / 8): {report}")
+        for result in built:
+            for line in report_lines(result):
+                print("  " + line.strip("| ").replace(" | ", "  "), flush=True)
     if failed:
         print(f"build failed for: {', '.join(failed)}", file=sys.stderr)
         return 1

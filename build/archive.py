@@ -11,6 +11,7 @@ build leaves the old one intact.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -19,14 +20,20 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Dict, Iterable, Mapping, Optional, Tuple
 
 import torch
 import yaml
 
 import handlers
-from build import export
+from build import export, gate
 from build.catalogue import Catalogue, ModelEntry
+from build.errors import ExportError
+from build.sources import TorchScriptFile
+from build.speed import inprocess_speed
+from build.variants import Variant
+from handlers import runtime
+from handlers.settings import SERIALISED_GRAPHS
 
 STATE_FILE = ".build-state.json"
 HANDLER = "handlers/handler.py"  # the handler TorchServe runs, the same for every archive
@@ -34,11 +41,40 @@ HANDLERS = Path(handlers.__file__).resolve().parent  # the package every archive
 
 
 @dataclass(frozen=True)
+class VariantResult:
+    """One variant's line of the build report."""
+
+    variant: str
+    archive: Optional[Path]  # None: the gate rejected it (not archived)
+    gate: Optional[str]  # the gate's verdict, in words (None: no eager reference to gate against)
+    gate_worst: Optional[float]
+    size_mib: float  # the served weights file
+    items_per_s: Mapping[str, float]  # in-process, one thread: {"1": .., "8": ..} per batch size
+    rebuilt: bool
+
+    def to_json(self) -> dict:
+        return {"variant": self.variant, "archive": self.archive.name if self.archive else None, "gate": self.gate,
+                "gate_worst": self.gate_worst, "size_mib": self.size_mib, "items_per_s": dict(self.items_per_s)}
+
+    @classmethod
+    def from_json(cls, data: Mapping, store: Path) -> "VariantResult":
+        archive = store / data["archive"] if data.get("archive") else None
+        return cls(data["variant"], archive, data.get("gate"), data.get("gate_worst"), float(data["size_mib"]),
+                   dict(data.get("items_per_s") or {}), rebuilt=False)
+
+
+@dataclass(frozen=True)
 class BuildResult:
     name: str
-    archive: Path
+    archive: Path  # the default variant's
     rebuilt: bool
     seconds: float = 0.0
+    variants: Tuple[VariantResult, ...] = ()
+
+    @property
+    def archives(self) -> Dict[str, Path]:
+        """Variant -> archive, for the variants that passed the gate."""
+        return {v.variant: v.archive for v in self.variants if v.archive is not None}
 
 
 def handler_package_files() -> Iterable[Path]:
@@ -66,9 +102,9 @@ def _read_state(store: Path) -> dict:
         return {}
 
 
-def _write_state(store: Path, name: str, digest: str) -> None:
+def _write_state(store: Path, key: str, digest: str, line: VariantResult) -> None:
     state = _read_state(store)
-    state[name] = digest
+    state[key] = {"digest": digest, "report": line.to_json()}
     tmp = store / f"{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
     os.replace(tmp, store / STATE_FILE)
@@ -106,7 +142,7 @@ def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: P
     from model_archiver.model_archiver_config import ModelArchiverConfig
 
     config = ModelArchiverConfig(
-        model_name=entry.name,
+        model_name=entry.name,  # every variant under the model's own name: clients keep its URL
         handler=str(content / HANDLER),
         version=entry.version,
         serialized_file=str(weights),
@@ -121,17 +157,74 @@ def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: P
 
 def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force: bool = False,
                 progress=print) -> BuildResult:
+    """Every variant of the entry whose inputs changed: exported, tried, gated, archived."""
     started = time.perf_counter()
     entry = catalogue.entry(name)
-    section = export.handler_section(entry)
-    settings = export.parse_settings(entry, section)
+    for variant in entry.variants:  # every variant's settings checked before anything is exported
+        export.parse_settings(entry, export.handler_section(entry, variant))
     extras = {e.name: e.source.resolve(root, f"model {name!r} extra file {e.name!r}") for e in entry.extra_files}
-    digest = input_hash(catalogue.raw_entries[name], root, entry.model.input_files(root), extras.values())
-    archive = store / f"{name}.mar"
-    if not force and archive.is_file() and _read_state(store).get(name) == digest:
-        return BuildResult(name, archive, rebuilt=False)
+    held_out = [f.resolve(root, f"model {name!r} gate.held_out") for f in entry.gate.held_out]
+    digest = input_hash(catalogue.raw_entries[name], root, entry.model.input_files(root), [*extras.values(), *held_out])
+    state = _read_state(store)
+    lines, todo = {}, []
+    for variant in entry.variants:
+        key = variant.archive_name(name)
+        saved = state.get(key)
+        fresh = isinstance(saved, dict) and saved.get("digest") == digest
+        line = VariantResult.from_json(saved["report"], store) if fresh else None
+        if force or line is None or (line.archive is not None and not line.archive.is_file()):
+            todo.append(variant)
+        else:
+            lines[variant.name] = line
 
     store.mkdir(parents=True, exist_ok=True)
+    if todo:
+        judge = gate_judge(entry, root, progress)
+        for variant in todo:
+            line = build_variant(entry, variant, root, store, extras, judge, progress)
+            _write_state(store, variant.archive_name(name), digest, line)
+            lines[variant.name] = line
+    results = tuple(lines[v.name] for v in entry.variants)
+    return BuildResult(name, store / entry.default_variant.archive_name(name), rebuilt=bool(todo),
+                       seconds=time.perf_counter() - started, variants=results)
+
+
+def gate_judge(entry: ModelEntry, root: Path, progress) -> Optional["_Judge"]:
+    """Judges variants against the fp32 eager model (None where the entry has no eager model)."""
+    if isinstance(entry.model, TorchScriptFile):
+        return None
+    return _Judge(entry, root, progress)
+
+
+class _Judge:
+    """The fp32 eager model, loaded once per entry, and its outputs on the gate's inputs."""
+
+    def __init__(self, entry: ModelEntry, root: Path, progress) -> None:
+        self.entry, self.root, self.progress = entry, root, progress
+        self.reference = None
+        self.reference_outputs = None
+        self.inputs = gate.gate_inputs(entry.examples, entry.gate, root, f"model {entry.name!r}")
+
+    def model(self, family) -> torch.nn.Module:
+        if self.reference is None:
+            self.reference = export.reference_model(self.entry, family, self.root)
+        return self.reference
+
+    def __call__(self, family, candidate, settings) -> gate.Verdict:
+        if self.reference_outputs is None:
+            self.progress(f"  {self.entry.name}: fp32 eager reference on {len(self.inputs)} gate input(s)")
+            self.reference_outputs = gate.run_outputs(self.model(family), family, self.inputs)
+        rt = settings.runtime
+        dtype = None if rt.graph in SERIALISED_GRAPHS else runtime.resolve_precision(rt.precision, torch.device("cpu"))
+        outputs = gate.run_outputs(candidate, family, self.inputs, dtype)
+        return gate.judge(family.gate_kind(), self.entry.gate, self.reference_outputs, outputs, self.inputs)
+
+
+def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, extras: dict, judge,
+                  progress) -> VariantResult:
+    name, archive = entry.name, store / variant.archive_name(entry.name)
+    section = export.handler_section(entry, variant)
+    settings = export.parse_settings(entry, section)
     with tempfile.TemporaryDirectory(prefix=f"build-{name}-", dir=store) as tmp:
         stage = Path(tmp)
         content = stage_files(stage, extras)
@@ -139,20 +232,34 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
         if stage_source is not None:
             stage_source(root, content)
         family = export.make_family(entry, settings, content)
-        progress(f"  {name}: exporting the {entry.family} model ({entry.serialisation})")
-        served = export.export(entry, settings, family, root, content)
-        progress(f"  {name}: trying it on its family's batch and {len(entry.examples)} example(s)")
+        progress(f"  {name}: exporting variant {variant.name} ({variant.kind.about})")
+        reference = None if judge is None else copy.deepcopy(judge.model(family))
+        served = export.export(entry, variant, settings, family, root, content, reference)
+        progress(f"  {name} {variant.name}: trying it on its family's batch and {len(entry.examples)} example(s)")
         for problem in export.smoke_test(entry, family, served, settings, root):
             progress(f"  {name}: warning: {problem}")
+        verdict = None
+        if judge is not None and judge.inputs:  # no examples and no held-out set: nothing to gate on
+            verdict = judge(family, export.load_served(served, settings, family, root), settings)
+            progress(f"  {name} {variant.name}: gate {verdict.summary}")
+        speed = inprocess_speed(entry, family, lambda: export.load_served(served, settings, family, root), settings,
+                                root)
+        size = served.stat().st_size / 2**20
+        if verdict is not None and not verdict.passed:
+            if variant.default:
+                raise ExportError(f"the default variant {variant.name!r} fails the accuracy gate: {verdict.summary}")
+            archive.unlink(missing_ok=True)  # never leave an older, gated-out archive of it behind
+            progress(f"  {name} {variant.name}: not archived (the gate rejected it)")
+            return VariantResult(variant.name, None, verdict.summary, verdict.worst, size, speed, rebuilt=True)
         served = Path(shutil.move(str(served), stage / served.name))
         (stage / "model-config.yaml").write_text(yaml.safe_dump({"handler": section}, sort_keys=False))
-        progress(f"  {name}: archiving")
+        progress(f"  {name} {variant.name}: archiving")
         out = stage / "out"
         out.mkdir()
         built = package(entry, stage, content, served, out)
         os.replace(built, archive)
-    _write_state(store, name, digest)
-    return BuildResult(name, archive, rebuilt=True, seconds=time.perf_counter() - started)
+    return VariantResult(variant.name, archive, verdict.summary if verdict else None,
+                         verdict.worst if verdict else None, size, speed, rebuilt=True)
 
 
 def archived_frontend_keys(archive: Path) -> Optional[list]:

@@ -5,7 +5,9 @@
         version: "1.0"
         family: image_classifier | text_embedder | tensor     (handlers/families)
         model: <source>                  where the model comes from (build/sources.py)
-        serialisation: state_dict | torchscript
+        serialisation: state_dict | torchscript        (one way), or
+        variants: [torchscript, onnx, onnx-int8, ...]  (several, each its own archive: build/variants.py)
+        gate: {held_out: [...], min_cosine: ...}      (the variants' accuracy gate: build/gate.py)
         extra_files: [{path | package + file, as: name-in-archive}]
         settings: {runtime: ..., profiler: ..., <family>: ...}
         examples: [<request>, ...]       build/examples.py
@@ -26,7 +28,9 @@ import yaml
 from build.errors import CatalogueError
 from build.examples import parse_examples
 from build.files import FileSource, only_keys
+from build.gate import GateSpec
 from build.sources import default_serialisation, parse_source
+from build.variants import Variant, parse_variants
 
 SERIALISATIONS = ("state_dict", "torchscript")
 # TorchServe's per-model frontend values, in the order config.properties' models= entries list
@@ -56,14 +60,20 @@ class ModelEntry:
     version: str
     family: str
     model: Any  # a build.sources source
-    serialisation: str
+    variants: Tuple[Variant, ...]  # the first is the default, archived as <name>.mar
+    gate: GateSpec
     extra_files: Tuple[ExtraFile, ...]
     settings: Mapping[str, Any]  # runtime / profiler / <family>: the archive's handler section, checked
     examples: Tuple[Any, ...]  # build.examples.Example
     slo_ms: float
 
+    @property
+    def default_variant(self) -> Variant:
+        return self.variants[0]
 
-_ENTRY_KEYS = ("version", "family", "model", "serialisation", "extra_files", "settings", "examples", "slo_ms")
+
+_ENTRY_KEYS = ("version", "family", "model", "serialisation", "variants", "gate", "extra_files", "settings",
+               "examples", "slo_ms")
 
 
 def parse_entry(name: str, raw: Mapping[str, Any]) -> ModelEntry:
@@ -72,12 +82,17 @@ def parse_entry(name: str, raw: Mapping[str, Any]) -> ModelEntry:
         raise CatalogueError(f"{where}: name must be letters, digits, '_' or '-', starting with a letter")
     only_keys(where, raw, _ENTRY_KEYS, required=("version", "family", "model"))
     source = parse_source(f"{where}.model", raw["model"])
-    serialisation = raw.get("serialisation", default_serialisation(source))
-    if serialisation not in SERIALISATIONS:
+    serialisation = raw.get("serialisation")
+    if serialisation is not None and serialisation not in SERIALISATIONS:
         raise CatalogueError(f"{where}.serialisation: {serialisation!r} is not one of {list(SERIALISATIONS)}")
     settings = raw.get("settings") or {}
     if not isinstance(settings, Mapping):
         raise CatalogueError(f"{where}.settings: expected a mapping")
+    graph = (settings.get("runtime") or {}).get("graph") if isinstance(settings.get("runtime"), Mapping) else None
+    if "variants" in raw:
+        variants = parse_variants(where, raw["variants"], serialisation, graph)
+    else:
+        variants = parse_variants(where, None, serialisation or default_serialisation(source), graph)
     misplaced = [key for key in (*FRONTEND_KEYS, "weights", "family", "source") if key in settings]
     if misplaced:
         raise CatalogueError(f"{where}.settings: {misplaced[0]!r} does not belong here "
@@ -93,7 +108,8 @@ def parse_entry(name: str, raw: Mapping[str, Any]) -> ModelEntry:
         version=str(raw["version"]),
         family=str(raw["family"]),
         model=source,
-        serialisation=serialisation,
+        variants=variants,
+        gate=GateSpec.parse(f"{where}.gate", raw.get("gate")),
         extra_files=tuple(ExtraFile.parse(f"{where}.extra_files[{i}]", e) for i, e in enumerate(extras)),
         settings=settings,
         examples=parse_examples(f"{where}.examples", raw.get("examples") or []),

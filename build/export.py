@@ -7,47 +7,57 @@ from __future__ import annotations
 import copy
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from build.catalogue import ModelEntry
 from build.errors import CatalogueError, ExportError
 from build.examples import expected_top1, worker_input
+from build.onnx_export import export_onnx, quantize_int8
 from build.sources import ExportedProgram, TorchScriptFile, runtime_source
+from build.variants import Variant
 from handlers import runtime
 from handlers.errors import ConfigError, HandlerError
 from handlers.families import Family, family_class
+from handlers.onnx_session import load_onnx
 from handlers.settings import HandlerSettings
 
-WEIGHTS_FILE = {"state_dict": "model.pt", "torchscript": "model.ts"}
 
-
-def handler_section(entry: ModelEntry) -> Dict[str, Any]:
-    """The archive's `handler:` section: the entry's settings, its family, the served weights' file
-    and (for an eager archive) how to rebuild the architecture. Impossible combinations refused."""
+def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> Dict[str, Any]:
+    """The archive's `handler:` section for one variant (the entry's default when none is named): the
+    entry's settings, its family, the variant's graph and weights file and (for an eager archive)
+    how to rebuild the architecture. Impossible combinations refused."""
+    variant = variant or entry.default_variant
     where = f"model {entry.name!r}"
     section = copy.deepcopy(dict(entry.settings))
     rt = dict(section.get("runtime") or {})
     graph = rt.get("graph", "eager")
     source = entry.model
-    if isinstance(source, (TorchScriptFile, ExportedProgram)) and entry.serialisation != "torchscript":
-        raise CatalogueError(f"{where}.serialisation: a {type(source).__name__} model is served as TorchScript: "
-                             "set serialisation: torchscript")
-    if entry.serialisation == "torchscript":
+    serialised = variant.serialisation in ("torchscript", "onnx")
+    if isinstance(source, (TorchScriptFile, ExportedProgram)) and variant.name != "torchscript":
+        raise CatalogueError(f"{where}: a {type(source).__name__} model is served as TorchScript: "
+                             f"set serialisation: torchscript (variant {variant.name!r} needs the eager model)")
+    if variant.serialisation == "torchscript":
         if graph not in ("eager", "torchscript"):
             raise CatalogueError(f"{where}.settings.runtime.graph: {graph!r} cannot run a TorchScript archive: "
                                  "drop it, or set serialisation: state_dict")
-        rt["graph"] = "torchscript"
         if isinstance(source, TorchScriptFile) and rt.get("precision", "fp32") != "fp32":
             raise CatalogueError(f"{where}.settings.runtime.precision: a TorchScript file runs as it was exported: "
                                  "set fp32, or give the eager model (python / huggingface) to trace at that precision")
     elif graph == "torchscript":
         raise CatalogueError(f"{where}.settings.runtime.graph: torchscript needs serialisation: torchscript")
+    if serialised or variant.name == "compile":
+        rt["graph"] = variant.kind.graph
+    if variant.kind.precision is not None:
+        rt["precision"] = variant.kind.precision
+    if variant.serialisation == "onnx":
+        rt["channels_last"] = False  # a torch memory format: ONNX Runtime takes NCHW
     section["runtime"] = rt
     section["family"] = entry.family
-    section["weights"] = WEIGHTS_FILE[entry.serialisation]
-    served = runtime_source(source, entry.serialisation)
+    section["variant"] = variant.name
+    section["weights"] = variant.kind.weights_file
+    served = None if serialised else runtime_source(source, "state_dict")
     if served is not None:
         section["source"] = served.to_json()
     return section
@@ -68,19 +78,49 @@ def make_family(entry: ModelEntry, settings: HandlerSettings, content: Path) -> 
         raise CatalogueError(f"model {entry.name!r} settings.{entry.family}: {err}") from None
 
 
-def export(entry: ModelEntry, settings: HandlerSettings, family: Family, root: Path, content: Path) -> Path:
-    """Write the served weights into `content` and return their path."""
-    target = content / WEIGHTS_FILE[entry.serialisation]
+def export(entry: ModelEntry, variant: Variant, settings: HandlerSettings, family: Family, root: Path,
+           content: Path, reference: Optional[torch.nn.Module] = None) -> Path:
+    """Write the variant's served weights into `content` and return their path. `reference`: the
+    family-wrapped fp32 eager model, when the caller has it loaded already."""
+    target = content / variant.kind.weights_file
     where = f"model {entry.name!r} model"
     if isinstance(entry.model, TorchScriptFile):
         shutil.copy2(entry.model.source.resolve(root, f"{where}.torchscript"), target)
         return target
-    model = family.wrap(entry.model.load(root, where)).eval()
-    if entry.serialisation == "state_dict":
+    model = reference if reference is not None else reference_model(entry, family, root)
+    if variant.serialisation == "state_dict":
         torch.save(model.state_dict(), target)
-    else:
+    elif variant.name == "int8":
+        torch.jit.save(trace(torch_int8(model), family, settings), str(target))
+    elif variant.serialisation == "torchscript":
         torch.jit.save(trace(model, family, settings), str(target))
+    else:
+        onnx_file = export_onnx(model, _as_tuple(family.example_batch(2)), content / "fp32.onnx")
+        if variant.name == "onnx-int8":
+            quantize_int8(onnx_file, target, variant.keep_fp32, variant.per_channel)
+            onnx_file.unlink()
+        else:
+            onnx_file.rename(target)
     return target
+
+
+def reference_model(entry: ModelEntry, family: Family, root: Path) -> torch.nn.Module:
+    """The family-wrapped model in fp32 eager: what every variant is exported from and gated against.
+    A fresh copy each call: exporting a variant may change the module it is given."""
+    return family.wrap(entry.model.load(root, f"model {entry.name!r} model")).eval()
+
+
+def torch_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """Dynamic int8 of every nn.Linear (torch.ao's quantize_dynamic: deprecated in torch 2.13, still here)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def _as_tuple(batch) -> tuple:
+    return batch if isinstance(batch, tuple) else (batch,)
 
 
 def trace(model: torch.nn.Module, family: Family, settings: HandlerSettings) -> torch.jit.ScriptModule:
@@ -129,14 +169,17 @@ def smoke_test(entry: ModelEntry, family: Family, served: Path, settings: Handle
     return tuple(p for p in problems if p)
 
 
-def load_served(served: Path, settings: HandlerSettings, family: Family, root: Path) -> torch.nn.Module:
+def load_served(served: Path, settings: HandlerSettings, family: Family, root: Path):
+    """The archive's model, loaded the way the worker loads it (ONNX: a session on this process's threads)."""
     if settings.runtime.graph == "torchscript":
         return torch.jit.load(str(served), map_location="cpu").eval()
+    if settings.runtime.graph == "onnx":
+        return load_onnx(served, torch.get_num_threads())
     model = family.wrap(settings.source.build(served.parent))
     model.load_state_dict(torch.load(served, map_location="cpu", weights_only=True))
     return model.eval()
 
 
-def served_settings(entry: ModelEntry) -> HandlerSettings:
+def served_settings(entry: ModelEntry, variant: Optional[Variant] = None) -> HandlerSettings:
     """The settings an entry's archive runs with (family, its settings, runtime), as the worker reads them."""
-    return parse_settings(entry, handler_section(entry))
+    return parse_settings(entry, handler_section(entry, variant))

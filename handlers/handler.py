@@ -21,10 +21,11 @@ import torch
 
 from handlers import kserve, plan, runtime
 from handlers.encoding import JSON, json_bytes
-from handlers.errors import BadInput, HandlerError, ServerFault
+from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
+from handlers.onnx_session import OnnxModule, load_onnx
 from handlers.profiling import make_profiler, region
-from handlers.settings import HandlerSettings
+from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
 from handlers.stage_metrics import StageClock, emit
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,10 @@ class Handler:
         self.threads, threads_from = runtime.thread_budget(rt, planned, workers, runtime.usable_cores())
         runtime.apply_threads(self.threads, rt.interop_threads)
         runtime.configure_cuda(rt, self.device)
-        # TorchScript archives were traced under their precision: the casts are already in the graph.
+        # TorchScript archives were traced under their precision: the casts are already in the graph;
+        # an ONNX graph runs in ONNX Runtime, outside torch's autocast.
         self.autocast_dtype = (
-            None if rt.graph == "torchscript" else runtime.resolve_precision(rt.precision, self.device)
+            None if rt.graph in SERIALISED_GRAPHS else runtime.resolve_precision(rt.precision, self.device)
         )
         self.family = family_class(self.settings.family)(self.settings.family_settings, model_dir, rt.channels_last)
         self.decode_pool = runtime.decode_pool(rt.preprocess_threads or self.threads)
@@ -90,16 +92,24 @@ class Handler:
         frozen = runtime.freeze_heap() if rt.freeze_heap else 0
         self.initialized = True
         log.info(
-            "%s ready in %.1fs: family=%s device=%s threads=%d (from %s; workers=%d) precision=%s graph=%s "
-            "max_batch=%d frozen_objects=%d",
-            self.model_name, time.perf_counter() - started, self.settings.family, self.device, self.threads,
-            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen,
+            "%s ready in %.1fs: family=%s variant=%s device=%s threads=%d (from %s; workers=%d) precision=%s graph=%s "
+            "max_batch=%d frozen_objects=%d%s",
+            self.model_name, time.perf_counter() - started, self.settings.family,
+            self.settings.variant or "-", self.device, self.threads,
+            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
         )
+
+    def _session_label(self) -> str:
+        if not isinstance(self.model, OnnxModule):
+            return ""
+        return f" onnxruntime_intra_op_threads={self.model.intra_op_threads} (read back from the session)"
 
     def _precision_label(self) -> str:
         rt = self.settings.runtime
         if rt.graph == "torchscript":
             return f"{rt.precision} (traced into the TorchScript graph)"
+        if rt.graph == "onnx":
+            return f"{rt.precision} (as exported into the ONNX graph)"
         if rt.precision != "fp32" and self.autocast_dtype is None:
             return f"fp32 ({rt.precision} unsupported here)"
         return rt.precision
@@ -109,6 +119,11 @@ class Handler:
         weights = model_dir / self.settings.weights
         if rt.graph == "torchscript":
             return runtime.load_torchscript(str(weights), self.device, rt.optimize_for_inference)
+        if rt.graph == "onnx":
+            if self.device.type != "cpu":
+                raise ConfigError(f"runtime.graph: onnx runs on ONNX Runtime's CPU provider; this worker has "
+                                  f"{self.device}: serve a torchscript variant on a GPU")
+            return load_onnx(weights, self.threads)
         model = self.family.wrap(self.settings.source.build(model_dir))
         model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
         model = runtime.prepare_eager(model, self.device, rt.channels_last)

@@ -16,7 +16,9 @@ from handlers.families import family_class
 from handlers.sources import Source, source_from
 
 Precision = Literal["fp32", "bf16", "fp16"]
-Graph = Literal["eager", "torchscript", "compile"]
+Graph = Literal["eager", "torchscript", "compile", "onnx"]
+# Graphs serialised whole at build time: the worker loads them and needs no architecture source.
+SERIALISED_GRAPHS = ("torchscript", "onnx")
 
 
 def _check_value(where: str, name: str, hint: Any, value: Any) -> Any:
@@ -111,6 +113,7 @@ class HandlerSettings:
     source: Optional[Source] = None  # how an eager archive rebuilds its architecture
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     profiler: ProfilerSettings = field(default_factory=ProfilerSettings)
+    variant: str = ""  # the catalogue variant this archive was built as (build/variants.py): logs, caches
 
     @classmethod
     def from_mapping(cls, section: Optional[Mapping[str, Any]], where: str = "handler") -> "HandlerSettings":
@@ -119,7 +122,7 @@ class HandlerSettings:
         if not isinstance(name, str):
             raise ConfigError(f"{where}.family: the model family is required (e.g. image_classifier)")
         family = family_class(name)
-        known = {"family", "weights", "source", "runtime", "profiler", name}
+        known = {"family", "weights", "source", "variant", "runtime", "profiler", name}
         unknown = sorted(set(section) - known)
         if unknown:
             raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})")
@@ -131,10 +134,11 @@ class HandlerSettings:
             weights=weights,
             family_settings=parse_section(family.Settings, section.get(name), f"{where}.{name}"),
             source=source_from(section.get("source"), f"{where}.source"),
+            variant=_check_value(where, "variant", str, section.get("variant", "")),
             runtime=parse_section(RuntimeSettings, section.get("runtime"), f"{where}.runtime"),
             profiler=parse_section(ProfilerSettings, section.get("profiler"), f"{where}.profiler"),
         )
-        if (settings.runtime.graph == "torchscript") == (settings.source is not None):
+        if (settings.runtime.graph in SERIALISED_GRAPHS) == (settings.source is not None):
             raise ConfigError(f"{where}.source: an eager archive needs one (how to rebuild the architecture), "
-                              "a TorchScript one has none")
+                              "a TorchScript or ONNX one has none")
         return settings

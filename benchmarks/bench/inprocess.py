@@ -1,9 +1,12 @@
 """In-process handler benchmark: items/s of each setting against the naive path, no server.
 
-    python -m benchmarks.bench.inprocess [--model <catalogue model>] [--batch-size 8] [--threads 2]
+    python -m benchmarks.bench.inprocess [--model <catalogue model>] [--batch-size 1 --batch-size 8] [--threads 1]
 
 Every setting runs the whole handler (decode, forward, post-process) on the model's catalogue
-examples, in one process, at the same batch size and thread count, so the ratios are comparable.
+examples, in one process, at the same batch size and thread count, so the ratios are comparable:
+the naive path, eager with the family's settings, and every variant of the catalogue entry
+(build/variants.py; one the accuracy gate rejected is listed as skipped), each also against the
+entry's default variant.
 The naive path is fp32 eager with the family's naive settings (full-size image decoding; text
 padded to max_length 128, as TorchServe's text examples do). Writes
 benchmarks/reports/inprocess-<time>/ (JSON + a bar plot).
@@ -28,48 +31,80 @@ from build.errors import BuildError
 from handlers.families import family_class
 from handlers.handler import Handler
 
-EAGER = "state_dict"
-SHIPPED = None  # the catalogue's own serialisation
+EAGER = "eager"
 _NAIVE_RUNTIME = {"precision": "fp32", "channels_last": False, "preprocess_threads": 1}
 
 
-def variants(model: str) -> Dict[str, tuple]:
-    """name -> (archive serialisation, handler-section overrides on top of that archive's settings).
-    The first is the naive path the others are compared with."""
+@dataclass(frozen=True)
+class Setting:
+    """One row: an archive variant (build/variants.py) and handler-section overrides on top of it."""
+
+    name: str
+    variant: str
+    overrides: Dict[str, Any] = field(default_factory=dict)
+    default: bool = False  # the catalogue's default variant: what the others are also compared with
+
+
+def settings_to_run(model: str) -> List[Setting]:
+    """The naive path first (what everything is compared with), eager with the family's settings,
+    then every variant of the catalogue entry."""
     entry = Catalogue.load(CATALOGUE).entry(model)
     family = family_class(entry.family)
     precision = (entry.settings.get("runtime") or {}).get("precision", "fp32")
-    return {
-        f"naive (fp32 eager, naive {family.name} settings)": (EAGER, {"runtime": _NAIVE_RUNTIME,
-                                                                       family.name: dict(family.naive)}),
-        f"eager fp32 + {family.name} settings": (EAGER, {"runtime": {"precision": "fp32"}}),
-        f"eager {precision} + {family.name} settings": (EAGER, {}),
-        f"shipped ({entry.serialisation} {precision})": (SHIPPED, {}),
-    }
+    rows = [
+        Setting(f"naive (fp32 eager, naive {family.name} settings)", EAGER,
+                {"runtime": _NAIVE_RUNTIME, family.name: dict(family.naive)}),
+        Setting(f"eager fp32 + {family.name} settings", EAGER, {"runtime": {"precision": "fp32"}}),
+    ]
+    if precision != "fp32":
+        rows.append(Setting(f"eager {precision} + {family.name} settings", EAGER))
+    for variant in entry.variants:
+        what = {"torchscript": f"TorchScript {precision}", "eager": f"eager {precision}",
+                "compile": f"torch.compile {precision}"}.get(variant.name, variant.name)
+        label = f"variant {variant.name} ({what}{', default' if variant.default else ''})"
+        rows.append(Setting(label, variant.name, default=variant.default))
+    return rows
 
 
 @dataclass
 class Measurement:
     variant: str
+    batch_size: int
     items_per_s: float
     batches: int
     seconds: float
     stage_ms_per_batch: Dict[str, float] = field(default_factory=dict)
     ratio_to_naive: float = 1.0
+    ratio_to_default: Optional[float] = None  # to the catalogue's default variant, same batch size
+    gate: Optional[str] = None  # the build's accuracy gate verdict for this archive
 
 
-def extracted_archive(model: str, serialisation: Optional[str], into: Path) -> Path:
-    """The catalogue's archive (from model_store), or one built with another serialisation."""
+def extracted_archive(model: str, variant: Optional[str], into: Path) -> Path:
+    """The extracted archive of a variant (None: the catalogue's default); an error when the build's
+    accuracy gate rejected it."""
+    model_dir, gate = extracted_variant(model, variant, into)
+    if model_dir is None:
+        raise BenchmarkError(f"{model}: variant {variant} is not archived: {gate}")
+    return model_dir
+
+
+def extracted_variant(model: str, variant: Optional[str], into: Path) -> Tuple[Optional[Path], Optional[str]]:
+    """(the extracted archive or None when the gate rejected it, the gate's verdict): a catalogue
+    variant from model_store (built if stale), or one built on the side (the eager rows)."""
     from benchmarks.bench.bare_context import extract
     from build.archive import build_entry
 
     catalogue = Catalogue.load(CATALOGUE)
     store = MODEL_STORE
-    if serialisation is not None and catalogue.raw_entries[model].get("serialisation") != serialisation:
-        raw = {**catalogue.raw_entries[model], "serialisation": serialisation}
-        catalogue, store = Catalogue(catalogue.path, {model: raw}), into / f"store-{serialisation}"
+    variant = variant or catalogue.entry(model).default_variant.name
+    if variant not in [v.name for v in catalogue.entry(model).variants]:
+        raw = {k: v for k, v in catalogue.raw_entries[model].items() if k not in ("serialisation", "variants")}
+        catalogue, store = Catalogue(catalogue.path, {model: {**raw, "variants": [variant]}}), into / f"store-{variant}"
     result = build_entry(catalogue, model, REPO_ROOT, store, progress=lambda _: None)
-    return extract(result.archive, into / f"{model}-{serialisation or 'shipped'}")
+    line = next(v for v in result.variants if v.variant == variant)
+    if line.archive is None:
+        return None, line.gate
+    return extract(line.archive, into / f"{model}-{variant}"), line.gate
 
 
 def measure(handler, context, requests: Sequence[Tuple[Any, str]], batch_size: int, seconds: float) -> Measurement:
@@ -100,7 +135,7 @@ def measure(handler, context, requests: Sequence[Tuple[Any, str]], batch_size: i
     for kind, name, value, _ in context.metrics.calls:
         if name.endswith("Ms"):
             stage[name] = stage.get(name, 0.0) + value / count
-    return Measurement("", count * batch_size / elapsed, count, elapsed, stage)
+    return Measurement("", batch_size, count * batch_size / elapsed, count, elapsed, stage)
 
 
 def run_variant(model: str, model_dir: Path, overrides: dict, batch_size: int, threads: int,
@@ -114,24 +149,33 @@ def run_variant(model: str, model_dir: Path, overrides: dict, batch_size: int, t
     return measure(handler, context, worker_requests(model), batch_size, seconds)
 
 
-def run(models: List[str], batch_size: int, threads: int, seconds: float, only: Optional[List[str]] = None,
+def run(models: List[str], batch_sizes: Sequence[int], threads: int, seconds: float, only: Optional[List[str]] = None,
         progress=print) -> Dict[str, List[Measurement]]:
+    """Every setting of every model at every batch size, in this one process (so the ratios compare)."""
     results: Dict[str, List[Measurement]] = {}
     with tempfile.TemporaryDirectory(prefix="inprocess-") as tmp:
         for model in models:
             rows = []
-            for name, (serialisation, overrides) in variants(model).items():
-                if only and name not in only and not name.startswith("naive"):
+            for setting in settings_to_run(model):
+                if only and setting.name not in only and not setting.name.startswith("naive"):
                     continue
-                progress(f"  {model}: {name} ...")
-                model_dir = extracted_archive(model, serialisation, Path(tmp))
-                row = run_variant(model, model_dir, overrides, batch_size, threads, seconds)
-                row.variant = name
-                rows.append(row)
-                progress(f"  {model}: {name}: {row.items_per_s:.1f} items/s")
-            naive = rows[0].items_per_s
-            for row in rows:
-                row.ratio_to_naive = row.items_per_s / naive
+                model_dir, gate = extracted_variant(model, setting.variant, Path(tmp))
+                if model_dir is None:
+                    progress(f"  {model}: {setting.name}: not archived ({gate}): skipped")
+                    continue
+                for batch_size in batch_sizes:
+                    progress(f"  {model}: {setting.name}, batch {batch_size} ...")
+                    row = run_variant(model, model_dir, setting.overrides, batch_size, threads, seconds)
+                    row.variant, row.gate = setting.name, gate
+                    row.ratio_to_default = 1.0 if setting.default else None
+                    rows.append(row)
+                    progress(f"  {model}: {setting.name}, batch {batch_size}: {row.items_per_s:.1f} items/s")
+            for batch_size in batch_sizes:
+                same = [row for row in rows if row.batch_size == batch_size]
+                default = next((r.items_per_s for r in same if r.ratio_to_default == 1.0), None)
+                for row in same:
+                    row.ratio_to_naive = row.items_per_s / same[0].items_per_s
+                    row.ratio_to_default = None if default is None else row.items_per_s / default
             results[model] = rows
     return results
 
@@ -143,7 +187,7 @@ def write_report(results: Dict[str, List[Measurement]], args: argparse.Namespace
     folder.mkdir(parents=True, exist_ok=True)
     report = {
         "command": " ".join(["python", "-m", "benchmarks.bench.inprocess", *sys.argv[1:]]),
-        "batch_size": args.batch_size, "threads": args.threads, "seconds_per_variant": args.seconds,
+        "batch_sizes": args.batch_size, "threads": args.threads, "seconds_per_variant": args.seconds,
         "environment": describe_environment(),
         "results": {model: [asdict(row) for row in rows] for model, rows in results.items()},
     }
@@ -158,18 +202,23 @@ def plot(results: Dict[str, List[Measurement]], path: Path, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(6.5 * len(results), 4), squeeze=False)
-    for ax, (model, rows) in zip(axes[0], results.items()):
-        names = [row.variant for row in rows]
+    panels = [(model, b) for model in results for b in args.batch_size]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 0.5 * max(len(r) for r in results.values())
+                                                      / len(args.batch_size) + 2.5), squeeze=False)
+    for ax, (model, batch_size) in zip(axes[0], panels):
+        rows = [row for row in results[model] if row.batch_size == batch_size]
         values = [row.items_per_s for row in rows]
-        bars = ax.barh(names, values, color=["#999999"] + ["#1f77b4"] * (len(rows) - 1))
+        colours = ["#999999" if row.variant.startswith("naive") else "#2ca02c" if row.ratio_to_default == 1.0
+                   else "#1f77b4" for row in rows]
+        bars = ax.barh([row.variant for row in rows], values, color=colours)
         for bar, row in zip(bars, rows):
-            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {row.ratio_to_naive:.1f}x",
-                    va="center")
+            vs_default = f", {row.ratio_to_default:.2f}x default" if row.ratio_to_default else ""
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {row.ratio_to_naive:.1f}x naive{vs_default}",
+                    va="center", fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("items/s (pre + inference + post)")
-        ax.set_title(f"{model}, batch {args.batch_size}, {args.threads} threads")
-        ax.set_xlim(0, max(values) * 1.2)
+        ax.set_title(f"{model}, batch {batch_size}, {args.threads} thread(s)")
+        ax.set_xlim(0, max(values) * 1.45)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -178,19 +227,22 @@ def plot(results: Dict[str, List[Measurement]], path: Path, args) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.inprocess", description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", choices=Catalogue.load(CATALOGUE).names, help="default: all")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, action="append", help="repeatable; default: 1 and 8")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (a worker's budget; default 1)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured time per variant")
     args = parser.parse_args(argv)
+    args.batch_size = args.batch_size or [1, 8]
     try:
         results = run(args.model or list(Catalogue.load(CATALOGUE).names), args.batch_size, args.threads, args.seconds)
     except (BenchmarkError, BuildError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"\n{'model':<20}{'variant':<55}{'items/s':>10}{'vs naive':>10}")
+    print(f"\n{'model':<20}{'setting':<52}{'batch':>6}{'items/s':>10}{'vs naive':>10}{'vs default':>11}")
     for model, rows in results.items():
         for row in rows:
-            print(f"{model:<20}{row.variant:<55}{row.items_per_s:>10.1f}{row.ratio_to_naive:>9.2f}x")
+            vs_default = f"{row.ratio_to_default:>10.2f}x" if row.ratio_to_default else f"{'':>11}"
+            print(f"{model:<20}{row.variant:<52}{row.batch_size:>6}{row.items_per_s:>10.1f}{row.ratio_to_naive:>9.2f}x"
+                  f"{vs_default}")
     print(f"\nreport: {write_report(results, args)}")
     return 0
 

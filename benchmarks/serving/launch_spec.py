@@ -3,7 +3,7 @@ config.properties into the server's own (ports, model store, models=, extra prop
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -15,6 +15,7 @@ from benchmarks.serving.ts_config import (
     ModelSettings,
     ServerConfig,
     format_models,
+    startup_archives,
 )
 
 # Set only when the base config leaves them out. Keys expire after 60 min by default in 0.12: a
@@ -22,7 +23,7 @@ from benchmarks.serving.ts_config import (
 LAUNCHER_DEFAULTS = MappingProxyType({"token_expiration_min": "1440"})
 
 
-def frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
@@ -36,6 +37,8 @@ class LaunchSpec:
     models: Mapping[str, ModelSettings] = field(default_factory=frozen)
     # Load only these models (load_models=name=name.mar,...); empty: as the base config says.
     load: tuple[str, ...] = ()
+    # Model -> archive file to load it from (a variant's, say), in models= marName and load_models.
+    archives: Mapping[str, str] = field(default_factory=frozen)
     # Models that must have READY workers before start() returns; empty: derived (see below).
     wait_for: tuple[str, ...] = ()
     extra_properties: Mapping[str, str] = field(default_factory=frozen)
@@ -49,23 +52,26 @@ class LaunchSpec:
         if self.load:
             by_name = {e.name: e for e in entries}
             entries = tuple(by_name.get(n, ModelEntry(name=n)) for n in self.load)
-        return entries
+        unknown = sorted(set(self.archives) - {e.name for e in entries})
+        if unknown:
+            raise StartupError(f"archives: {unknown[0]!r} is not a model this server loads")
+        return tuple(replace(e, mar_name=self.archives[e.name]) if e.name in self.archives else e for e in entries)
 
     def models_to_wait_for(self, base: ServerConfig, entries: tuple[ModelEntry, ...]) -> tuple[str, ...]:
-        """`wait_for`, else `load`, else every archive load_models=all loads; all must exist."""
+        """`wait_for`, else `load`, else what load_models loads; each one's archive must exist."""
         store = self.model_store
         if not store.is_dir():
             raise StartupError(f"model store not found: {store}")
+        archives = {e.name: e.archive for e in entries}
         names = self.wait_for or self.load
         if not names:
             load_models = self.extra_properties.get("load_models", base.get("load_models", ""))
-            if load_models.strip().lower() == "all":
-                # Every archive in the store gets loaded: wait for all of them.
-                by_archive = {e.archive: e.name for e in entries}
-                names = tuple(by_archive.get(p.name, p.stem) for p in sorted(store.glob("*.mar")))
-            else:
-                names = tuple(e.name for e in entries if (store / e.archive).is_file())
-        archives = {e.name: e.archive for e in entries}
+            try:
+                loaded = startup_archives(load_models, store)
+            except ConfigError as err:
+                raise StartupError(str(err)) from None
+            archives.update(loaded)
+            names = tuple(loaded)
         missing = [archives.get(n, f"{n}.mar") for n in names]
         missing = [a for a in missing if not (store / a).is_file()]
         if missing:

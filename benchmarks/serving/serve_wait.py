@@ -16,9 +16,9 @@ import requests
 
 from benchmarks.serving import processes
 from benchmarks.serving.client import Client, Endpoints, Tokens
-from benchmarks.serving.errors import ApiError, LauncherError
+from benchmarks.serving.errors import ApiError, ConfigError, LauncherError
 from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
-from benchmarks.serving.ts_config import ServerConfig
+from benchmarks.serving.ts_config import ServerConfig, archive_model_name
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -38,8 +38,28 @@ def _server_pid() -> int | None:
 
 
 def served_models(config: ServerConfig) -> list:
-    """What `make serve` loads (load_models=all): every archive of the store, models= entry or not."""
-    return sorted(set(config.model_names) | {p.stem for p in MODEL_STORE.glob("*.mar")})
+    """What `make serve` loads: the models load_models names (with `all`, every archive of the store)."""
+    return sorted(config.startup_archives(MODEL_STORE))
+
+
+def check(config: ServerConfig) -> int:
+    """Before the server starts: load_models resolves, each archive exists; built models left out named."""
+    try:
+        loaded = config.startup_archives(MODEL_STORE)
+    except ConfigError as err:
+        print(f"config.properties: {err}", file=sys.stderr)
+        return 1
+    missing = [archive for archive in loaded.values() if not (MODEL_STORE / archive).is_file()]
+    if missing:
+        print(f"config.properties load_models names {', '.join(missing)}, not in {MODEL_STORE}: make build "
+              "(a variant the build's gate rejected is not archived: see model_store/build_report.md)", file=sys.stderr)
+        return 1
+    left_out = sorted({archive_model_name(p) for p in MODEL_STORE.glob("*.mar")} - set(loaded))
+    for name in left_out:
+        print(f"note: {name} is built but not in config.properties' load_models, so it is not served: add "
+              f"{name}={name}.mar there, or run make tune MODEL={name} (it writes it)", file=sys.stderr)
+    print("loading " + ", ".join(f"{n} from {a}" for n, a in loaded.items()), file=sys.stderr)
+    return 0
 
 
 def wait(config: ServerConfig, workdir: Path, timeout_s: float) -> Client:
@@ -99,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="where torchserve was started")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--check", action="store_true", help="only check what load_models would load, then exit")
     args = parser.parse_args(argv)
     config = ServerConfig.load(args.config)
+    if args.check:
+        return check(config)
     workdir = args.workdir.resolve()
     print(f"waiting for TorchServe ({', '.join(served_models(config))}) ...", file=sys.stderr, flush=True)
     began = time.monotonic()

@@ -148,6 +148,40 @@ def format_models(entries: tuple[ModelEntry, ...]) -> str:
     return json.dumps({e.name: e.to_json() for e in entries}, separators=(", ", ": "))
 
 
+def archive_model_name(archive: Path) -> str:
+    """The model name an archive registers under (its manifest's), whatever its file is called."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(archive) as mar:
+            return str(json.loads(mar.read("MAR-INF/MANIFEST.json"))["model"]["modelName"])
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return archive.name.split(".")[0]  # unreadable: TorchServe will say so when it tries
+
+
+def startup_archives(load_models: str, store: Path) -> dict[str, str]:
+    """TorchServe's load_models: `all` (every .mar of the store), or `name=file.mar` / `file.mar` items."""
+    value = load_models.strip()
+    if value.lower() == "all":
+        found: dict[str, list[str]] = {}
+        for archive in sorted(store.glob("*.mar")):
+            if not archive.name.startswith("."):  # TorchServe skips hidden files
+                found.setdefault(archive_model_name(archive), []).append(archive.name)
+        twice = {name: files for name, files in found.items() if len(files) > 1}
+        if twice:
+            name, files = next(iter(twice.items()))
+            raise ConfigError(f"load_models=all would register model {name!r} from {len(files)} archives "
+                              f"({', '.join(files)}: variants of one model) and keep whichever TorchServe reads "
+                              f"first: list the chosen ones instead, load_models={name}={files[0]},... "
+                              "(make tune writes it)")
+        return {name: files[0] for name, files in found.items()}
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, _, url = item.rpartition("=")
+        out[name or archive_model_name(store / url)] = url
+    return out
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """A config.properties file: all its properties, plus the parsed `models=` entries."""
@@ -187,6 +221,10 @@ class ServerConfig:
     @property
     def model_names(self) -> tuple[str, ...]:
         return tuple(e.name for e in self.models)
+
+    def startup_archives(self, store: Path) -> dict[str, str]:
+        """Model name -> archive file, for what TorchServe loads at start from `store` (load_models)."""
+        return startup_archives(self.properties.get("load_models", ""), Path(store))
 
     def with_models(self, models: Mapping[str, ModelSettings]) -> tuple[ModelEntry, ...]:
         """The models= entries with the given settings swapped in; others kept, new ones appended."""

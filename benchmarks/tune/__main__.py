@@ -85,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--rate-resolution", type=float, default=1.06, help="bracket ratio at which a rate search stops")
     g.add_argument("--max-points", type=int, default=6, help="open-loop points per candidate at most")
     g.add_argument("--fit-seconds", type=float, default=1.5, help="in-process time per (threads, batch size)")
+    g.add_argument("--variant", action="append",
+                   help="a catalogue variant to choose among (repeatable; default: every one that passed the "
+                        "build's accuracy gate): each gets an in-process fit, the best predicted one is searched")
     g.add_argument("--tie-pct", type=float, default=10.0,
                    help="prefer a shorter batch delay whose capacity is within this %% of the best (low-load latency); "
                         "0: capacity alone")

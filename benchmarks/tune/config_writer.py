@@ -39,7 +39,8 @@ _IDENTITY_KEYS = ("defaultVersion", "marName")
 
 @dataclass(frozen=True)
 class Update:
-    """Tuned values for one model (the version and archive name are used only for a new entry)."""
+    """Tuned values for one model (the version is used only for a new entry; an archive name, when
+    given, becomes the entry's marName and its load_models item)."""
 
     name: str
     settings: ModelSettings
@@ -56,6 +57,8 @@ class Update:
         if THREADS_KEY in values:
             out[THREADS_KEY] = values[THREADS_KEY]
         out.setdefault("responseTimeout", values["responseTimeout"])
+        if self.archive:  # the tuner's chosen variant (build/variants.py): its archive is what loads
+            out["marName"] = self.archive
         return out
 
 
@@ -234,7 +237,23 @@ def rewrite(text: str, updates: Sequence[Update], records: Sequence[Provenance] 
         block.append(HEADER + newline)
         block += [line for m in order if m in kept_records for line in kept_records[m]]
     block.append(format_stanza(models, newline))
-    return "".join(body[:insert_at] + block + body[insert_at:])
+    return "".join(with_load_models(body[:insert_at], models, newline) + block
+                   + with_load_models(body[insert_at:], models, newline))
+
+
+LOAD_MODELS = "load_models="
+
+
+def with_load_models(lines: List[str], models: Mapping[str, Mapping[str, Mapping[str, object]]],
+                     newline: str) -> List[str]:
+    """The load_models line listing each models= entry's archive (its default version's marName):
+    TorchServe loads what load_models names and only that, so a variant chosen in marName loads and
+    its sibling archives in the store do not (load_models=all would register them all)."""
+    items = []
+    for name, versions in models.items():
+        body = next((b for b in versions.values() if b.get("defaultVersion")), next(iter(versions.values())))
+        items.append(f"{name}={body.get('marName') or name + '.mar'}")
+    return [LOAD_MODELS + ",".join(items) + newline if line.startswith(LOAD_MODELS) else line for line in lines]
 
 
 def check_archives(archives: Mapping[str, Path]) -> None:

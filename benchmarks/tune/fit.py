@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from benchmarks.serving import resources
 from benchmarks.tune.service_model import FitPoint
@@ -35,6 +35,7 @@ class FitPlan:
     slo_ms: float
     seconds: float  # per (threads, batch size)
     wait_quiet_s: float = 0.0  # > 0: a measurement other processes disturbed is repeated when quiet
+    variant: Optional[str] = None  # the catalogue variant's archive (build/variants.py); None: the default
 
 
 def _others_cpu(since: resources.Reading, groups: resources.ProcessGroups) -> float:
@@ -60,7 +61,7 @@ def inprocess_fit(plan: FitPlan, progress: Progress) -> Dict:
     points = []
     me = resources.ProcessGroups({"fit": [os.getpid()]})
     with tempfile.TemporaryDirectory(prefix="tune-fit-") as tmp:
-        model_dir = extracted_archive(plan.model, None, Path(tmp))
+        model_dir = extracted_archive(plan.model, plan.variant, Path(tmp))
         for count in plan.thread_counts:
             context = FakeContext(model_dir, plan.model, batch_size=max(sizes),
                                   handler_overrides={"runtime": {"threads": count, "warmup": False}})

@@ -87,6 +87,7 @@ class ServePlan:
     # otherwise each candidate's values are swapped into a copy of it.
     from_file: bool = False
     remeasure_near_misses: bool = True  # a point just over the SLO is measured again, twice as long
+    archive: str = ""  # the variant's archive file in model_store (build/variants.py); "": the default
 
 
 class ServedMeasurer:
@@ -130,8 +131,9 @@ class ServedMeasurer:
         self.progress(f"  starting TorchServe: {candidate.label} (load average {state['load_average'][0]}{others})")
         plan = self.plan
         models = {} if plan.from_file else {plan.model: candidate.settings(plan.response_timeout_s)}
+        archives = {plan.model: plan.archive} if plan.archive and not plan.from_file else {}
         server = TorchServe(plan.model_store, base_config=plan.config, models=models, load=(plan.model,),
-                            extra_properties=METRICS_PROPERTIES)
+                            archives=archives, extra_properties=METRICS_PROPERTIES)
         # Entered as a context (left in finish()): the launcher then turns SIGTERM into a clean stop.
         server.__enter__()
         self._server, self._candidate = server, candidate

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 from benchmarks.load.capacity import RateSettings
 from benchmarks.load.stats import StabilityRule
@@ -28,7 +28,9 @@ RECORD_KEYS = ("model", "slo_ms", "cores", "config", "model_store", "out", "spac
                "delays", "min_gain_pct", "max_candidates", "patience", "rate_step", "rate_resolution",
                "max_points", "fit_seconds", "grid", "window_s", "max_windows", "stable_windows", "stability_pct",
                "warmup_s", "connections", "point_requests", "tie_pct", "verify_points", "verify_warmup_s",
-               "no_defaults", "no_write", "no_verify")
+               "no_defaults", "no_write", "no_verify", "variant")
+# Keys a run recorded before they existed may lack (variant: such runs tuned the default archive).
+OPTIONAL_KEYS = ("variant",)
 # The smallest value each numeric option may take ("above" excludes the bound itself).
 _AT_LEAST = {"cores": 1, "max_candidates": 1, "patience": 1, "max_points": 1, "max_windows": 1,
              "stable_windows": 1, "connections": 1, "warmup_s": 0, "point_requests": 0, "tie_pct": 0,
@@ -57,6 +59,7 @@ class TuneOptions:
     verify: VerifySettings
     config: Path
     model_store: Path
+    variants: Optional[Tuple[str, ...]]  # the catalogue variants to choose among; None: every one that passed
     folder: Path  # the report folder (checkpoint included)
     wait_quiet_s: float
     record: Mapping[str, Any]
@@ -66,7 +69,7 @@ class TuneOptions:
     def from_record(cls, record: Mapping[str, Any], folder: Path, wait_quiet_s: float = 0.0,
                     command: str = "") -> "TuneOptions":
         unknown = sorted(set(record) - set(RECORD_KEYS))
-        missing = [key for key in RECORD_KEYS if key not in record]
+        missing = [key for key in RECORD_KEYS if key not in record and key not in OPTIONAL_KEYS]
         if unknown or missing:
             raise TuneError(f"tuning options: unknown {unknown or 'none'}, missing {missing or 'none'} "
                             "(a checkpoint from another version of the tuner? start a new run)")
@@ -99,7 +102,8 @@ class TuneOptions:
             steps=Steps(defaults=not r["no_defaults"], grid=bool(r["grid"]), write=not r["no_write"],
                         verify=not r["no_verify"]),
             verify=VerifySettings(int(r["verify_points"]), float(r["verify_warmup_s"])),
-            config=_path(r["config"]), model_store=_path(r["model_store"]), folder=Path(folder).resolve(),
+            config=_path(r["config"]), model_store=_path(r["model_store"]),
+            variants=None if r.get("variant") is None else tuple(str(v) for v in r["variant"]), folder=Path(folder).resolve(),
             wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(r), command=command)
 
 
@@ -109,7 +113,7 @@ def record_of(options: Mapping[str, Any], model: str, slo_ms: float, cores: int)
     record.update(model=model, slo_ms=float(slo_ms), cores=int(cores))
     for key in ("config", "model_store", "out"):
         record[key] = shown(record[key])
-    for key in ("workers", "batch_sizes", "delays"):
+    for key in ("workers", "batch_sizes", "delays", "variant"):
         record[key] = None if record[key] is None else list(record[key])
     return record
 

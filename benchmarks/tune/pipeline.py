@@ -1,6 +1,7 @@
 """One model's tuning run, as a pipeline:
 
-    in-process fit -> TorchServe's defaults -> model-guided search -> the shortest delay
+    in-process fit per variant (the best predicted archive is the one served) -> TorchServe's
+      defaults -> model-guided search -> the shortest delay
       [-> grid -> head to head]
       -> write config.properties -> verify from the written file -> report
 
@@ -16,7 +17,7 @@ from typing import Callable
 from benchmarks.serving import resources
 from benchmarks.serving.environment import describe_environment
 from benchmarks.serving.repo import CATALOGUE, REPO_ROOT, shown
-from benchmarks.tune import report
+from benchmarks.tune import report, variants
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.config_writer import check_archives
 from benchmarks.tune.fit import FitPlan, inprocess_fit
@@ -45,9 +46,10 @@ def tune_model(options: TuneOptions, progress: Progress,
     progress(f"SLO p99 <= {slo:g} ms; space: {len(space.candidates())} candidates over {space.to_json()}; "
              f"report {shown(options.folder)}")
     catalogue = Catalogue.load(CATALOGUE)
-    archive = build_entry(catalogue, model, REPO_ROOT, options.model_store, progress=progress).archive
+    built = build_entry(catalogue, model, REPO_ROOT, options.model_store, progress=progress)
+    names = variants.eligible(built, options.variants)
     if steps.write:
-        check_archives({model: archive})  # refuse before an hour of measuring, not after
+        check_archives({f"{model} ({v})": built.archives[v] for v in names})  # before an hour of measuring
     before = resources.machine_conditions()
     if before["other_torchserve_pids"]:
         progress(f"warning: other TorchServe servers are running (pids {before['other_torchserve_pids']}): "
@@ -57,14 +59,18 @@ def tune_model(options: TuneOptions, progress: Progress,
     threads = sorted(set(space.thread_counts) | ({defaults.threads} if steps.defaults else set()))
     fit_plan = FitPlan(model, tuple(threads), space.max_batch_size, slo, options.fit_seconds, options.wait_quiet_s)
 
-    def measure_fit() -> dict:
+    def fit_one(plan: FitPlan) -> dict:
         if options.wait_quiet_s > 0:
             resources.wait_for_quiet(options.wait_quiet_s, progress)
-        return inprocess_fit(fit_plan, progress)
+        return inprocess_fit(plan, progress)
 
-    fit = checkpoint.fit(measure_fit)
+    # The variant dimension: a fit per variant, the best predicted one searched (benchmarks/tune/variants.py).
+    default = catalogue.entry(model).default_variant.name
+    fit = checkpoint.fit(lambda: variants.fit_variants(fit_plan, names, fit_one, built, space, slo, default, progress))
+    archive = built.archives[fit.get("variant", default)]  # a fit checkpointed before variants: the default
     service = ServiceModel.fit(FitPoint.from_json(p) for p in fit["points"])
-    serve = ServePlan(model, options.model_store, options.config, options.load, slo, options.wait_quiet_s)
+    serve = ServePlan(model, options.model_store, options.config, options.load, slo, options.wait_quiet_s,
+                      archive=archive.name)
     defaults_result = grid = judged = None
     with serve_with(serve, progress) as live:
         measurer = checkpoint.replaying(live)

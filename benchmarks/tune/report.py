@@ -117,6 +117,7 @@ def build(options: TuneOptions, fit: dict, service: ServiceModel, result: Search
                                                 "wait_quiet": options.wait_quiet_s},
         "verdict": verdict, "space": options.space.to_json(), "space_size": len(options.space.candidates()),
         "fit": {"points": fit["points"], "seconds": fit_s, "model": service.to_json()},
+        "variant": fit.get("variant"), "variants": fit.get("variants"),
         "calibrated_model": result.model.to_json(),
         "first_predictions": [{"key": p.candidate.key, **p.to_json()} for p in result.first_predictions[:15]],
         "defaults": defaults.to_json() if defaults else None,
@@ -219,6 +220,7 @@ def markdown(report: dict) -> str:
                   f"Measurement time: in-process fit {_f(timing.get('fit_s'), 0)} s + served "
                   f"{_f(timing.get('search_s'), 0)} s = {_f(timing.get('tuner_s'), 0)} s.", ""]
         lines += _candidate_table(search, chosen.get("key"), True) + [""]
+    lines += variant_lines(report)
     fit = report.get("fit") or {}
     if fit:
         lines += ["## Service model", "", "In-process batch service times s(b), fitted as a + c*b; served, a "
@@ -333,3 +335,22 @@ def write(folder: Path, report: dict) -> Path:
     (folder / "report.md").write_text(markdown(report), encoding="utf-8")
     plot(folder / "candidates.png", report)
     return folder
+
+
+def variant_lines(report: dict) -> list:
+    """Every variant's in-process rate and gate figure, and the one chosen (benchmarks/tune/variants.py)."""
+    table = report.get("variants") or {}
+    if not table:
+        return []
+    lines = ["## Variant", "",
+             f"Chosen: **{report.get('variant')}** (the best capacity at the SLO predicted from each variant's "
+             "in-process fit; the default kept unless another beats it by more than 3%). Only variants that "
+             "passed the build's accuracy gate are candidates.", "",
+             "| variant | accuracy gate | in-process items/s (fewest threads) | predicted req/s at the SLO | at |",
+             "|---|---|---|---|---|"]
+    for name, row in table.items():
+        speed = ", ".join(f"b{b}: {v:.0f}" for b, v in row["items_per_s"].items())
+        mark = " (chosen)" if name == report.get("variant") else ""
+        lines.append(f"| {name}{mark} | {row['gate'] or 'not gated'} | {speed} | "
+                     f"{row['predicted']['rate_rps']:.1f} | {row['predicted']['candidate']} |")
+    return lines + [""]

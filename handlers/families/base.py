@@ -52,3 +52,8 @@ class Family:
 
     def example_batch(self, size: int) -> Inputs:
         raise NotImplementedError
+
+    def gate_kind(self) -> str:
+        """How the build's accuracy gate (build/gate.py) compares a variant's raw outputs with fp32's:
+        "classification" (logits: top-1 agreement), "embedding" (cosine) or "tensor" (a tolerance)."""
+        return "tensor"

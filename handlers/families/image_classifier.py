@@ -84,3 +84,6 @@ class ImageClassifier(Family):
         s = self.settings
         pixels = np.random.default_rng(0).integers(0, 256, (size, s.image_size, s.image_size, s.channels), np.uint8)
         return self.collate(list(pixels))
+
+    def gate_kind(self) -> str:
+        return "classification"

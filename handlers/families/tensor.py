@@ -171,3 +171,6 @@ class TensorModel(Family):
         high = low + 1.0 if s.max is None else s.max
         values = np.random.default_rng(0).uniform(low, high, (size, *s.shape))
         return torch.from_numpy(values.astype(np.dtype(s.dtype)))
+
+    def gate_kind(self) -> str:
+        return "tensor" if self.settings.output == "raw" else "classification"

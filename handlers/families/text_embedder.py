@@ -141,3 +141,6 @@ class TextEmbedder(Family):
         # Mixed lengths: padding inside the batch, so a traced graph keeps the attention-mask path.
         texts = ["A short one.", "A longer warm-up sentence, so that this batch holds padded positions."]
         return self.collate([texts[i % 2] for i in range(size)])
+
+    def gate_kind(self) -> str:
+        return "embedding"

@@ -34,7 +34,7 @@ def eager_archive_dirs(tmp_path_factory):
     from benchmarks.bench.inprocess import extracted_archive
 
     into = tmp_path_factory.mktemp("eager")
-    return {name: extracted_archive(name, "state_dict", into) for name in ("efficientnet_lite0", "minilm")}
+    return {name: extracted_archive(name, "eager", into) for name in ("efficientnet_lite0", "minilm")}
 
 
 def make_handler(model_dir: Path, name: str, batch_size: int = 4, **overrides):

@@ -1,0 +1,87 @@
+"""The variant dimension of a tuning run: which archive of the model (build/variants.py) to serve.
+
+Each variant that passed the build's accuracy gate gets its own in-process fit (service time per
+batch size and thread count); its service model predicts the best capacity at the SLO over the
+search space; the best predicted variant is the one the served search tunes and the writer names in
+config.properties (marName, load_models). A variant within `TIE` of the default keeps the default:
+a different numeric path is worth serving only for a clear gain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Dict, Mapping, Optional, Sequence
+
+from benchmarks.tune.errors import TuneError
+from benchmarks.tune.fit import FitPlan
+from benchmarks.tune.service_model import FitPoint, ServiceModel
+from benchmarks.tune.space import Space
+from build.archive import BuildResult
+
+TIE = 0.03  # a variant must beat the default's predicted capacity by more than this share
+
+Progress = Callable[[str], None]
+
+
+def eligible(built: BuildResult, asked: Optional[Sequence[str]]) -> list:
+    """The variants to fit: those asked for (each must have passed the gate), else every passing one."""
+    passed = built.archives
+    if asked is None:
+        return list(passed)
+    known = {v.variant: v for v in built.variants}
+    for name in asked:
+        if name not in known:
+            raise TuneError(f"--variant {name}: {built.name} has no such variant (catalogue: {', '.join(known)})")
+        if name not in passed:
+            raise TuneError(f"--variant {name}: not archived, the build's accuracy gate rejected it "
+                            f"({known[name].gate})")
+    return list(dict.fromkeys(asked))
+
+
+def predicted_best(points: Sequence[dict], space: Space, slo_ms: float) -> dict:
+    """The service model's best candidate at the SLO, from one variant's in-process fit."""
+    service = ServiceModel.fit(FitPoint.from_json(p) for p in points)
+    fitted = set(service.by_threads)
+    best = None
+    for candidate in space.candidates():
+        if candidate.threads not in fitted:
+            continue
+        prediction = service.predict(candidate, slo_ms)
+        if best is None or prediction.rate_rps > best.rate_rps:
+            best = prediction
+    if best is None:
+        return {"rate_rps": 0.0, "candidate": None}
+    return {"rate_rps": round(best.rate_rps, 1), "candidate": best.candidate.label}
+
+
+def choose(fits: Mapping[str, dict], built: BuildResult, space: Space, slo_ms: float, default: str,
+           progress: Progress) -> dict:
+    """{"variant": chosen, "variants": {name: {gate, items_per_s, predicted}}}: the fits' verdict."""
+    table: Dict[str, dict] = {}
+    lines = {v.variant: v for v in built.variants}
+    for name, fit in fits.items():
+        table[name] = {"gate": lines[name].gate, "gate_worst": lines[name].gate_worst,
+                       "items_per_s": {str(p["batch_size"]): round(1000.0 * p["batch_size"] / p["service_ms"], 1)
+                                       for p in fit["points"] if p["threads"] == min(q["threads"] for q in fit["points"])},
+                       "predicted": predicted_best(fit["points"], space, slo_ms)}
+        progress(f"variant {name}: predicted {table[name]['predicted']['rate_rps']:.1f} req/s at the SLO "
+                 f"({table[name]['predicted']['candidate']}); gate {lines[name].gate}")
+    rate = {name: row["predicted"]["rate_rps"] for name, row in table.items()}
+    chosen = max(rate, key=rate.get)
+    if default in rate and rate[chosen] <= rate[default] * (1 + TIE):
+        chosen = default
+    progress(f"variant chosen: {chosen}" + (f" ({rate[chosen] / rate[default]:.2f}x the default's predicted "
+                                             f"capacity)" if default in rate and rate[default] > 0 else ""))
+    return {"variant": chosen, "variants": table}
+
+
+def fit_variants(plan: FitPlan, names: Sequence[str], fit_one: Callable[[FitPlan], dict], built: BuildResult,
+                 space: Space, slo_ms: float, default: str, progress: Progress) -> dict:
+    """The in-process fit of every variant; returns the chosen one's fit with the choice beside it."""
+    fits = {}
+    for name in names:
+        progress(f"in-process fit of variant {name}")
+        fits[name] = fit_one(replace(plan, variant=name))
+    verdict = choose(fits, built, space, slo_ms, default, progress)
+    chosen = fits[verdict["variant"]]
+    return {**chosen, "seconds": sum(f.get("seconds", 0.0) for f in fits.values()), **verdict}

@@ -1,0 +1,68 @@
+"""ONNX variants: the family-wrapped model exported to ONNX, optionally int8-quantised by ONNX Runtime.
+
+Exported with the TorchScript-based exporter (`dynamo=False`, opset 17): it handles the Hugging Face
+encoders and the image models here, and names the graph's nodes after the modules
+(`/m/encoder/layer.0/output/dense/MatMul`), which is what `keep_fp32` refers to. The batch
+dimension of every input and output is dynamic, and so is the sequence dimension of integer
+(token id / mask) inputs.
+
+int8: ONNX Runtime's dynamic quantisation of MatMul/Gemm weights (activations quantised on the fly),
+per output channel by default: per tensor, MiniLM's min cosine to fp32 fell to 0.76 (a single
+outlier column sets the scale of the whole matrix). The nodes in `keep_fp32` stay fp32: the
+sensitive ones (`python -m build.int8_search` finds them on a calibration set).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence, Tuple
+
+import torch
+
+from build.errors import ExportError
+
+OPSET = 17
+
+
+def export_onnx(model: torch.nn.Module, example: Tuple[torch.Tensor, ...], target: Path) -> Path:
+    names = [f"input_{i}" for i in range(len(example))]
+    dynamic = {name: ({0: "batch", 1: "sequence"} if not t.is_floating_point() and t.dim() >= 2 else {0: "batch"})
+               for name, t in zip(names, example)}
+    dynamic["output"] = {0: "batch"}
+    try:
+        # no_grad, not inference_mode: the exporter traces, and inference tensors cannot be traced.
+        with torch.no_grad():
+            torch.onnx.export(model.eval(), example, str(target), input_names=names, output_names=["output"],
+                              dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
+    except (RuntimeError, TypeError, ValueError, torch.onnx.errors.OnnxExporterError) as err:
+        raise ExportError(f"ONNX export failed: {str(err).splitlines()[0][:300]}") from None
+    return target
+
+
+def quantize_int8(source: Path, target: Path, keep_fp32: Sequence[str] = (), per_channel: bool = True) -> Path:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    nodes = {node.name for node in onnx.load(str(source), load_external_data=False).graph.node}
+    unknown = [name for name in keep_fp32 if name not in nodes]
+    if unknown:
+        raise ExportError(f"keep_fp32: no node {unknown[0]!r} in the exported graph "
+                          "(python -m build.int8_search --model <name> lists the MatMul nodes)")
+    quiet = logging.getLogger()  # the quantiser logs a pre-processing hint through the root logger
+    level, quiet.level = quiet.level, logging.ERROR
+    try:
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=per_channel,
+                         op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=list(keep_fp32))
+    finally:
+        quiet.level = level
+    return target
+
+
+def matmul_nodes(path: Path) -> Tuple[str, ...]:
+    """The graph's MatMul/Gemm nodes that have a weight (an initializer) to quantise."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {init.name for init in graph.initializer}
+    return tuple(n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and any(i in weights for i in n.input))
