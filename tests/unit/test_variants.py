@@ -1,0 +1,232 @@
+"""Numeric variants: catalogue parsing, the accuracy gate, ONNX Runtime sessions, the build's handling
+of a variant the gate rejects, and what the tuner and config.properties make of variants."""
+
+import copy
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from benchmarks.serving.errors import ConfigError as ServingConfigError
+from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
+from benchmarks.serving.ts_config import startup_archives
+from benchmarks.tune.config_writer import Update, rewrite
+from benchmarks.tune.errors import TuneError
+from benchmarks.tune.variants import choose, eligible
+from build import export
+from build.__main__ import main as build_main
+from build.archive import BuildResult, VariantResult
+from build.catalogue import parse_entry
+from build.errors import CatalogueError
+from build.gate import GateInput, GateSpec, judge
+from build.onnx_export import export_onnx, quantize_int8
+from handlers.onnx_session import load_onnx
+
+pytestmark = pytest.mark.unit
+
+DIGITS = yaml.safe_load(CATALOGUE.read_text())["models"]["digits"]
+
+
+def digits_entry(**changes):
+    """The shipped digits entry (its paths are the repository's: a catalogue in tmp links models/)."""
+    entry = copy.deepcopy(DIGITS)
+    entry.update(changes)
+    return entry
+
+
+# -- the catalogue ------------------------------------------------------------------------------
+@pytest.mark.parametrize("changes, message", [
+    ({"variants": ["torchscript", "tensorrt"]}, "unknown variant 'tensorrt'"),
+    ({"variants": ["onnx", "onnx"]}, "'onnx' is listed twice"),
+    ({"variants": ["onnx"], "serialisation": "torchscript"}, "drop serialisation"),
+    ({"variants": [{"onnx-int8": {"keep_fp32": "layer.0"}}]}, "keep_fp32: a list"),
+    ({"variants": [{"onnx": {"keep_fp32": []}}]}, "unknown key 'keep_fp32'"),
+    ({"variants": []}, "a non-empty list"),
+    ({"gate": {"min_cosine": 1.5}}, "gate.min_cosine"),
+    ({"gate": {"held_out": "a.txt"}}, "gate.held_out"),
+    ({"gate": {"tolerance": 0.1}}, "unknown key 'tolerance'"),
+])
+def test_bad_variants_and_gates_are_refused_by_name(changes, message):
+    with pytest.raises(CatalogueError, match=message):
+        parse_entry("digits", digits_entry(**changes))
+
+
+def test_variants_name_their_archives_and_the_first_is_the_default():
+    entry = parse_entry("digits", digits_entry(variants=["eager", "onnx", {"onnx-int8": {"keep_fp32": ["n"]}}]))
+    assert [v.archive_name("digits") for v in entry.variants] == ["digits.mar", "digits.onnx.mar",
+                                                                  "digits.onnx-int8.mar"]
+    assert entry.default_variant.name == "eager" and entry.variants[2].keep_fp32 == ("n",)
+    section = export.handler_section(entry, entry.variants[1])
+    assert section["runtime"]["graph"] == "onnx" and section["weights"] == "model.onnx" and "source" not in section
+    assert section["variant"] == "onnx"
+    # Without `variants`, the serialisation names the one variant, as before.
+    assert [v.name for v in parse_entry("digits", digits_entry(serialisation="torchscript")).variants] == ["torchscript"]
+
+
+# -- the gate's judgement -----------------------------------------------------------------------
+def inputs(n):
+    return [GateInput(f"in{i}", None, "") for i in range(n)]
+
+
+def test_embedding_gate_names_the_worst_input():
+    reference = torch.nn.functional.normalize(torch.randn(5, 8), dim=1)
+    candidate = reference.clone()
+    candidate[3] = torch.nn.functional.normalize(reference[3] + 0.3 * torch.randn(8), dim=0)
+    verdict = judge("embedding", GateSpec(min_cosine=0.99), reference, candidate, inputs(5))
+    assert not verdict.passed and verdict.worst_input == "in3" and "in3" in verdict.summary
+    assert judge("embedding", GateSpec(), reference, reference + 1e-6, inputs(5)).passed
+
+
+def test_classification_gate_allows_the_runner_up_only_on_close_calls():
+    # fp32: input 0 clear (class 0 leads by far), input 1 a close call between classes 1 and 2.
+    reference = torch.tensor([[5.0, 0.0, 0.0], [0.0, 2.0, 1.98]])
+    swapped = torch.tensor([[5.0, 0.0, 0.0], [0.0, 1.9, 2.0]])
+    assert judge("classification", GateSpec(top1_margin=0.05), reference, swapped, inputs(2)).passed
+    wrong = torch.tensor([[0.0, 5.0, 0.0], [0.0, 2.0, 1.98]])
+    verdict = judge("classification", GateSpec(top1_margin=0.05), reference, wrong, inputs(2))
+    assert not verdict.passed and verdict.worst_input.startswith("in0")
+    third = torch.tensor([[5.0, 0.0, 0.0], [3.0, 2.0, 1.98]])  # not even fp32's top-2
+    assert not judge("classification", GateSpec(), reference, third, inputs(2)).passed
+
+
+def test_tensor_gate_uses_the_entry_tolerance():
+    reference = torch.ones(3, 4)
+    near = reference + 0.005
+    assert judge("tensor", GateSpec(atol=0.001, rtol=0.01), reference, near, inputs(3)).passed
+    far = reference.clone()
+    far[2, 1] += 0.5
+    verdict = judge("tensor", GateSpec(atol=0.001, rtol=0.01), reference, far, inputs(3))
+    assert not verdict.passed and verdict.worst_input == "in2"
+
+
+# -- the build ----------------------------------------------------------------------------------
+def perturbed(model):
+    """A deliberately broken 'int8' variant: the weights perturbed instead of quantised."""
+    broken = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in broken.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * parameter.abs().mean() * 3)
+    return broken
+
+
+def held_out_digits(path):
+    from sklearn.datasets import load_digits
+
+    images = load_digits().images[-40:].astype(np.float32)[:, None]  # the scans the trainer holds out
+    np.save(path, images)
+    return path
+
+
+def test_a_broken_variant_is_not_archived_and_the_build_says_where_it_failed(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(export, "torch_int8", perturbed)
+    shutil.copytree(REPO_ROOT / "models" / "digits", tmp_path / "models" / "digits",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    held_out_digits(tmp_path / "scans.npy")
+    entry = digits_entry(variants=["eager", "onnx", "int8"], gate={"held_out": [{"path": "scans.npy"}]})
+    (tmp_path / "catalogue.yaml").write_text(yaml.safe_dump({"models": {"digits": entry}}))
+    store = tmp_path / "store"
+    code = build_main(["--catalogue", str(tmp_path / "catalogue.yaml"), "--out", str(store)])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == 0, text
+    assert (store / "digits.mar").is_file() and (store / "digits.onnx.mar").is_file()
+    assert not (store / "digits.int8.mar").exists()
+    assert "digits int8: gate FAILED: top-1 agreement" in text and "worst scans.npy[" in text
+    report = json.loads((store / "build_report.json").read_text())["models"]["digits"]
+    assert [(line["variant"], line["archive"]) for line in report] == [
+        ("eager", "digits.mar"), ("onnx", "digits.onnx.mar"), ("int8", None)]
+    assert report[2]["gate"].startswith("FAILED") and report[1]["gate"].startswith("passed")
+    assert all(line["items_per_s"]["1"] > 0 for line in report)
+
+    # The default variant failing its gate fails the entry: nothing serves a model that broke.
+    entry["variants"] = ["int8", "eager"]
+    (tmp_path / "catalogue.yaml").write_text(yaml.safe_dump({"models": {"digits": entry}}))
+    code = build_main(["--catalogue", str(tmp_path / "catalogue.yaml"), "--out", str(tmp_path / "store2")])
+    text = "".join(capsys.readouterr())
+    assert code == 1 and "the default variant 'int8' fails the accuracy gate" in text and "scans.npy[" in text
+
+
+# -- ONNX Runtime -------------------------------------------------------------------------------
+def test_onnx_session_runs_on_the_given_threads_and_matches_torch(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+    path = export_onnx(model, (torch.randn(2, 16),), tmp_path / "m.onnx")
+    session = load_onnx(path, threads=1)
+    assert session.intra_op_threads == 1 and load_onnx(path, threads=2).intra_op_threads == 2
+    batch = torch.randn(5, 16)  # another batch size than exported with: the batch dimension is dynamic
+    with torch.no_grad():
+        assert torch.allclose(session(batch), model(batch), atol=1e-5)
+    quantized = load_onnx(quantize_int8(path, tmp_path / "q.onnx"), threads=1)(batch)
+    assert quantized.shape == (5, 4) and not torch.equal(quantized, session(batch))
+
+
+def test_keep_fp32_names_must_exist(tmp_path):
+    from build.errors import ExportError
+
+    path = export_onnx(torch.nn.Linear(4, 2).eval(), (torch.randn(2, 4),), tmp_path / "m.onnx")
+    with pytest.raises(ExportError, match="no node 'nope'"):
+        quantize_int8(path, tmp_path / "q.onnx", keep_fp32=["nope"])
+
+
+# -- config.properties and the tuner ------------------------------------------------------------
+def test_the_chosen_variant_is_what_load_models_and_marname_name():
+    from benchmarks.serving import properties
+    from benchmarks.serving.ts_config import ModelSettings
+
+    shipped = (REPO_ROOT / "config.properties").read_text()
+    text = rewrite(shipped, [Update("minilm", ModelSettings(batch_size=4, max_batch_delay_ms=2),
+                                     archive="minilm.onnx-int8.mar")])
+    props = properties.parse(text)
+    models = json.loads(props["models"])
+    assert models["minilm"]["1.0"]["marName"] == "minilm.onnx-int8.mar"
+    assert "minilm=minilm.onnx-int8.mar" in props["load_models"].split(",")
+    assert "efficientnet_lite0=efficientnet_lite0.mar" in props["load_models"].split(",")
+
+
+def test_load_models_all_refuses_two_archives_of_one_model(tmp_path):
+    import zipfile
+
+    for file in ("minilm.mar", "minilm.onnx.mar", "digits.mar"):
+        name = file.split(".")[0]
+        with zipfile.ZipFile(tmp_path / file, "w") as mar:
+            mar.writestr("MAR-INF/MANIFEST.json", json.dumps({"model": {"modelName": name}}))
+    with pytest.raises(ServingConfigError, match="'minilm' from 2 archives"):
+        startup_archives("all", tmp_path)
+    assert startup_archives("minilm=minilm.onnx.mar,digits.mar", tmp_path) == {"minilm": "minilm.onnx.mar",
+                                                                               "digits": "digits.mar"}
+
+
+def built(*lines):
+    return BuildResult("m", REPO_ROOT / "m.mar", False, variants=tuple(
+        VariantResult(name, None if gate.startswith("FAILED") else REPO_ROOT / f"m.{name}.mar", gate, None, 1.0,
+                      {}, False) for name, gate in lines))
+
+
+def test_only_variants_that_passed_the_gate_are_tuned():
+    result = built(("torchscript", "passed"), ("onnx-int8", "passed"), ("int8", "FAILED: min cosine 0.88"))
+    assert eligible(result, None) == ["torchscript", "onnx-int8"]
+    with pytest.raises(TuneError, match="--variant int8: not archived.*0.88"):
+        eligible(result, ["int8"])
+    with pytest.raises(TuneError, match="no such variant"):
+        eligible(result, ["onnx"])
+
+
+def test_the_tuner_keeps_the_default_unless_another_variant_is_clearly_faster():
+    from benchmarks.tune.space import preset
+
+    space = preset("tiny", 2, [1], [1, 4], [1])
+    result = built(("torchscript", "passed"), ("onnx-int8", "passed"))
+
+    def fit(ms_per_item):
+        return {"points": [{"threads": 2, "batch_size": b, "service_ms": 2.0 + ms_per_item * b} for b in (1, 2, 4)]}
+
+    quiet = lambda _: None  # noqa: E731
+    faster = choose({"torchscript": fit(4.0), "onnx-int8": fit(2.0)}, result, space, 50.0, "torchscript", quiet)
+    assert faster["variant"] == "onnx-int8"
+    assert set(faster["variants"]) == {"torchscript", "onnx-int8"}
+    assert faster["variants"]["onnx-int8"]["predicted"]["rate_rps"] > faster["variants"]["torchscript"]["predicted"]["rate_rps"]
+    level = choose({"torchscript": fit(4.0), "onnx-int8": fit(3.95)}, result, space, 50.0, "torchscript", quiet)
+    assert level["variant"] == "torchscript"
