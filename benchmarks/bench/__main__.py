@@ -62,6 +62,8 @@ class BenchConfig:
     stock: bool
     stock_workers: Optional[int]  # None: TorchServe's default (one per CPU)
     ceiling: bool  # the no-op handler's ceiling (benchmarks/bench/served_path.py)
+    variant: str  # the archive ours serves (build/variants.py): config.properties' marName unless --variant
+    compare: tuple  # other variants served with the same settings and load, same run
     out: Path
     smoke: bool
     command: str
@@ -89,6 +91,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-batch-delay", type=int, metavar="MS", help="TorchServe maxBatchDelay")
     g.add_argument("--workers", type=int, help="minWorkers = maxWorkers")
     g.add_argument("--threads", type=int, help="intra-op threads per worker (default: the archive's setting)")
+    g.add_argument("--variant", help="the catalogue variant ours serves (default: the archive config.properties "
+                                     "names, i.e. what make tune chose; else the entry's default)")
+    g.add_argument("--compare-variant", action="append", default=[], metavar="VARIANT",
+                   help="also serve this variant's archive with the same settings and load, same run (repeatable)")
     g = p.add_argument_group("load")
     g.add_argument("--concurrency", type=_numbers(int), metavar="N,N,...",
                    help="closed-loop levels, all run (default: sweep 1, 2, 4, ... until the gain is small)")
@@ -138,9 +144,16 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
     catalogue = Catalogue.load(CATALOGUE)
     entry = catalogue.entry(args.model)
     try:
-        base = ServerConfig.load(args.config).model(args.model).settings
+        written = ServerConfig.load(args.config).model(args.model)
+        base, archive = written.settings, written.archive
     except LauncherError:
-        base = ModelSettings()
+        base, archive = ModelSettings(), ""
+    by_archive = {v.archive_name(args.model): v.name for v in entry.variants}
+    variant = args.variant or by_archive.get(archive, entry.default_variant.name)
+    for name in (variant, *args.compare_variant):
+        if name not in {v.name for v in entry.variants}:
+            raise BenchmarkError(f"{args.model} has no variant {name!r} (catalogue: "
+                                 f"{', '.join(v.name for v in entry.variants)})")
     workers = args.workers or base.min_workers
     settings = ModelSettings(
         batch_size=args.batch_size or base.batch_size,
@@ -182,7 +195,8 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         model=args.model, settings=settings, threads=args.threads, plan=plan, stock_plan=stock_plan,
         slo_ms=args.slo_ms or entry.slo_ms, base_config=Path(args.config).resolve(),
         inprocess_s=args.inprocess_seconds, stock=not args.no_stock, stock_workers=args.stock_workers,
-        ceiling=not args.no_ceiling,
+        ceiling=not args.no_ceiling, variant=variant,
+        compare=tuple(v for v in dict.fromkeys(args.compare_variant) if v != variant),
         out=args.out, smoke=args.smoke,
         command=shlex.join([".venv/bin/python", "-m", "benchmarks.bench", *argv]),
     )
@@ -230,7 +244,7 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
 
     progress(f"[in-process] {cfg.model}: batch {cfg.settings.batch_size}, {threads} threads, "
              f"{cfg.inprocess_s:g} s")
-    model_dir = extracted_archive(cfg.model, None, tmp)
+    model_dir = extracted_archive(cfg.model, cfg.variant, tmp)
     me = resources.ProcessGroups({resources.GENERATOR: [os.getpid()]})
     for attempt in (1, 2):
         before = me.read()
@@ -253,13 +267,20 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
             "others_cpu_pct": round(others, 1), "remeasured": attempt == 2}
 
 
-def run_ours(cfg: BenchConfig, store: Path) -> ServerRun:
+def run_ours(cfg: BenchConfig, store: Path, variant: Optional[str] = None, label: str = "ours") -> ServerRun:
+    """Our handler on a TorchServe with cfg's settings, serving `variant`'s archive (default: cfg's)."""
     from benchmarks.load.runner import run_server
+    from build.catalogue import Catalogue
 
-    progress(f"[ours] starting TorchServe: {cfg.settings}")
+    entry = Catalogue.load(CATALOGUE).entry(cfg.model)
+    archive = next(v for v in entry.variants if v.name == (variant or cfg.variant)).archive_name(cfg.model)
+    if not (store / archive).is_file():
+        raise BenchmarkError(f"{archive} is not archived: the build's accuracy gate rejected it "
+                             "(model_store/build_report.md)")
+    progress(f"[{label}] starting TorchServe: {cfg.settings}, archive {archive}")
     with TorchServe(store, base_config=cfg.base_config, models={cfg.model: cfg.settings}, load=(cfg.model,),
-                    extra_properties=METRICS_PROPERTIES) as ts:
-        return run_server("ours", ts, cfg.model, cfg.plan, progress)
+                    archives={cfg.model: archive}, extra_properties=METRICS_PROPERTIES) as ts:
+        return run_server(label, ts, cfg.model, cfg.plan, progress)
 
 
 def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
@@ -311,6 +332,9 @@ def run(cfg: BenchConfig) -> Path:
                                       tmp, progress)
         quiet("ours")
         runs = {"ours": run_ours(cfg, store)}
+        for variant in cfg.compare:
+            quiet(variant)
+            runs[f"variant {variant}"] = run_ours(cfg, store, variant, f"variant {variant}")
         no_stock = None if cfg.stock else "not asked for (--no-stock)"
         if cfg.stock:
             quiet("stock")
@@ -322,7 +346,9 @@ def run(cfg: BenchConfig) -> Path:
     after = resources.machine_conditions()
     configuration = {
         "model": cfg.model, "base_config": shown(cfg.base_config), "slo_ms": cfg.slo_ms, "smoke": cfg.smoke,
-        "ours": {**asdict(cfg.settings), "threads_requested": cfg.threads, "threads_resolved": threads},
+        "ours": {**asdict(cfg.settings), "threads_requested": cfg.threads, "threads_resolved": threads,
+                 "variant": cfg.variant},
+        "compared_variants": list(cfg.compare),
         "stock": {"handler": "benchmarks/bench/baseline (eager fp32, per-request PIL/tokenizer, pad to 128)",
                   "properties": STOCK_PROPERTIES.strip(), "workers_requested": cfg.stock_workers,
                   "missing": no_stock},

@@ -42,6 +42,8 @@ def summarize(runs: Mapping[str, ServerRun], inprocess: dict, slo_ms: float) -> 
         "speedup_at_slo": _ratio(ours["slo_rps"], stock and stock["slo_rps"]),
         "efficiency_at_peak": _ratio(ours["peak_rps"], limit),
         "efficiency_at_slo": _ratio(ours["slo_rps"], limit),
+        # Other archives of the same model (--compare-variant) under the same settings and load.
+        "variants": {label: summary(run, slo_ms) for label, run in runs.items() if label not in ("ours", "stock")},
     }
     out["sentences"] = sentences(out)
     out["verdict"] = out["sentences"][0]
@@ -75,7 +77,10 @@ def sentences(s: dict) -> List[str]:
     if stock:
         peak += (f"; the stock baseline peaks at {_fmt(stock['peak_rps'])} req/s "
                  f"(p99 {_fmt(stock['peak_p99_ms'], 0)} ms): {_x(s['speedup_at_peak'])}")
-    return [verdict, peak + "."]
+    compared = [f"Same settings and load, {label}: {_fmt(v['slo_rps'])} req/s at p99 <= {slo:g} ms (ours "
+                f"{_x(_ratio(ours['slo_rps'], v['slo_rps']))} that), peak {_fmt(v['peak_rps'])} req/s."
+                for label, v in (s.get("variants") or {}).items()]
+    return [verdict, peak + ".", *compared]
 
 
 def csv_row(server: str, f: dict) -> Dict[str, object]:

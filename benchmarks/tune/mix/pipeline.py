@@ -81,12 +81,15 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     progress(f"mix {mix.label()}; budget {options.cores} cores; report {shown(folder)}")
     catalogue = Catalogue.load(CATALOGUE)
-    archives = {m: build_entry(catalogue, m, REPO_ROOT, options.model_store, progress=progress).archive
-                for m in mix.names}
+    for m in mix.names:
+        build_entry(catalogue, m, REPO_ROOT, options.model_store, progress=progress)
     before = folder / "config.before.properties"
     shutil.copyfile(options.config, before)
     text = before.read_text(encoding="utf-8")
     base = ServerConfig.load(before)
+    # Each model is served from the archive its entry names (marName: the variant its own tune chose).
+    served = {m: base.model(m).archive if m in base.model_names else f"{m}.mar" for m in mix.names}
+    archives = {m: options.model_store / served[m] for m in mix.names}
     alone = alone_values(text, base, mix.names)
     others = {e.name: e.settings for e in base.models}
     start = starting_plan(mix, options.cores, alone)
@@ -105,7 +108,8 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
     written = options.config if options.write else folder / "config.tuned.properties"
     if not options.write:
         shutil.copyfile(before, written)
-    updates = [Update(n, s, base.model(n).version if n in others else "1.0", f"{n}.mar")
+    updates = [Update(n, s, base.model(n).version if n in others else "1.0",
+                      base.model(n).archive if n in others else f"{n}.mar")
                for n, s in chosen.plan.settings(others).items()]
     record = _record(options, chosen.plan, chosen.capacity, reference, environment)
     write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
