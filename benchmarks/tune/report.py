@@ -344,7 +344,7 @@ def variant_lines(report: dict) -> list:
         return []
     lines = ["## Variant", "",
              f"Chosen: **{report.get('variant')}** (the best capacity at the SLO predicted from each variant's "
-             "in-process fit; the default kept unless another beats it by more than 3%). Only variants that "
+             "in-process fit; the default kept unless another beats it by more than 10%: benchmarks/tune/variants.py). Only variants that "
              "passed the build's accuracy gate are candidates.", "",
              "| variant | accuracy gate | in-process items/s (fewest threads) | predicted req/s at the SLO | at |",
              "|---|---|---|---|---|"]

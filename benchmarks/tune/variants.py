@@ -4,7 +4,10 @@ Each variant that passed the build's accuracy gate gets its own in-process fit (
 batch size and thread count); its service model predicts the best capacity at the SLO over the
 search space; the best predicted variant is the one the served search tunes and the writer names in
 config.properties (marName, load_models). A variant within `TIE` of the default keeps the default:
-a different numeric path is worth serving only for a clear gain.
+a different numeric path is served only for a gain larger than the served measurements' own spread
+(a second run of the mix tune landed 6.8% below its first), because it costs accuracy (within the
+gate, but not nothing) and, with dynamic int8, makes an answer depend on its batch-mates (the
+activation scale is computed over the whole batch).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from benchmarks.tune.service_model import FitPoint, ServiceModel
 from benchmarks.tune.space import Space
 from build.archive import BuildResult
 
-TIE = 0.03  # a variant must beat the default's predicted capacity by more than this share
+TIE = 0.10  # a variant must beat the default's predicted capacity by more than this share
 
 Progress = Callable[[str], None]
 
@@ -67,11 +70,15 @@ def choose(fits: Mapping[str, dict], built: BuildResult, space: Space, slo_ms: f
         progress(f"variant {name}: predicted {table[name]['predicted']['rate_rps']:.1f} req/s at the SLO "
                  f"({table[name]['predicted']['candidate']}); gate {lines[name].gate}")
     rate = {name: row["predicted"]["rate_rps"] for name, row in table.items()}
-    chosen = max(rate, key=rate.get)
-    if default in rate and rate[chosen] <= rate[default] * (1 + TIE):
+    best = max(rate, key=rate.get)
+    chosen = best
+    if default in rate and rate[best] <= rate[default] * (1 + TIE):
         chosen = default
-    progress(f"variant chosen: {chosen}" + (f" ({rate[chosen] / rate[default]:.2f}x the default's predicted "
-                                             f"capacity)" if default in rate and rate[default] > 0 else ""))
+    if default in rate and rate[default] > 0 and best != default:
+        progress(f"variant chosen: {chosen} (best other: {best} at {rate[best] / rate[default]:.2f}x the default's "
+                 f"predicted capacity; a variant needs > {1 + TIE:.2f}x)")
+    else:
+        progress(f"variant chosen: {chosen}")
     return {"variant": chosen, "variants": table}
 
 
