@@ -81,8 +81,10 @@ class Verdict:
     def summary(self) -> str:
         sign = ">=" if self.measure != "max tolerance ratio" else "<="
         verdict = "passed" if self.passed else "FAILED"
+        # Every input agreeing, the classes' "worst" is the closest call: fp32's smallest top-1 lead.
+        which = "closest call" if self.passed and self.measure == "top-1 agreement" else "worst"
         return (f"{verdict}: {self.measure} {self.worst:.4f} (needs {sign} {self.threshold:g}) over {self.inputs} "
-                f"inputs, worst {self.worst_input}")
+                f"inputs, {which} {self.worst_input}")
 
 
 def gate_inputs(examples: Sequence[Example], spec: GateSpec, root: Path, where: str) -> Tuple[GateInput, ...]:

@@ -24,7 +24,7 @@ def lines(result: BuildResult) -> List[str]:
         where = v.archive.name if v.archive else "not archived"
         speed = " / ".join(f"{v.items_per_s.get(k, 0):.1f}" for k in ("1", "8"))
         out.append(f"| {result.name} | {v.variant} | {where} | {v.gate or 'no eager reference: not gated'} | "
-                   f"{v.size_mib:.1f} | {speed} |")
+                   f"{v.size_mib:.2f} | {speed} |")
     return out
 
 

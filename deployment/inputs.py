@@ -34,9 +34,10 @@ def _check_entry(path: Path, entry: ModelEntry, mix: MixRecord) -> None:
     share = next(m for m in mix.models if m.name == entry.name)
     s = entry.settings
     found = {"minWorkers": s.min_workers, "maxWorkers": s.max_workers, "threads": s.threads,
-             "batchSize": s.batch_size, "maxBatchDelay": s.max_batch_delay_ms}
+             "batchSize": s.batch_size, "maxBatchDelay": s.max_batch_delay_ms, "marName": entry.archive}
     wanted = {"minWorkers": share.workers, "maxWorkers": share.workers, "threads": share.threads,
-              "batchSize": share.batch_size, "maxBatchDelay": share.max_batch_delay_ms}
+              "batchSize": share.batch_size, "maxBatchDelay": share.max_batch_delay_ms,
+              "marName": share.served_archive}
     wrong = [f"{k}={found[k]!r} (record: {wanted[k]})" for k in wanted if found[k] != wanted[k]]
     if wrong:
         raise DeployError(f"{path}: models.{entry.name} disagrees with the mix record: {', '.join(wrong)}; "

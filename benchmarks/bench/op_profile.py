@@ -30,11 +30,11 @@ RUNS = 30
 
 
 def batch_of(model: str, model_dir: Path, size: int):
+    import yaml
+
     from benchmarks.load.inputs import worker_requests
     from handlers.families import family_class
     from handlers.settings import HandlerSettings
-
-    import yaml
 
     section = yaml.safe_load((model_dir / "model-config.yaml").read_text())["handler"]
     settings = HandlerSettings.from_mapping(section)

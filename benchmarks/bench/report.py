@@ -78,7 +78,7 @@ def sentences(s: dict) -> List[str]:
         peak += (f"; the stock baseline peaks at {_fmt(stock['peak_rps'])} req/s "
                  f"(p99 {_fmt(stock['peak_p99_ms'], 0)} ms): {_x(s['speedup_at_peak'])}")
     compared = [f"Same settings and load, {label}: {_fmt(v['slo_rps'])} req/s at p99 <= {slo:g} ms (ours "
-                f"{_x(_ratio(ours['slo_rps'], v['slo_rps']))} that), peak {_fmt(v['peak_rps'])} req/s."
+                f"{_ratio(ours['slo_rps'], v['slo_rps']) or 0:.2f}x that), peak {_fmt(v['peak_rps'])} req/s."
                 for label, v in (s.get("variants") or {}).items()]
     return [verdict, peak + ".", *compared]
 

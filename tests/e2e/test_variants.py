@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
 from build import export, gate
 from build.archive import stage_files
 from build.catalogue import Catalogue
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
 from tests.e2e.helpers import examples_of
 
 pytestmark = pytest.mark.e2e

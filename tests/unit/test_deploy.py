@@ -150,3 +150,12 @@ def test_missing_archive_names_make_build(fake_repo, tmp_path) -> None:
     (fake_repo / "model_store" / "minilm.mar").unlink()
     with pytest.raises(DeployError, match="make build"):
         generate(fake_repo, tmp_path / "deploy")
+
+
+def test_a_variant_other_than_the_recorded_one_is_an_error(fake_repo, tmp_path) -> None:
+    """The mix record's capacity holds for the archives it was measured with (a variant is another model)."""
+    cfg = fake_repo / "config.properties"
+    (fake_repo / "model_store" / "minilm.onnx-int8.mar").write_bytes(b"PK")
+    cfg.write_text(cfg.read_text().replace('"marName": "minilm.mar"', '"marName": "minilm.onnx-int8.mar"'))
+    with pytest.raises(DeployError, match=r"marName='minilm.onnx-int8.mar' \(record: minilm.mar\)"):
+        generate(fake_repo, tmp_path / "deploy")

@@ -111,12 +111,12 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
     updates = [Update(n, s, base.model(n).version if n in others else "1.0",
                       base.model(n).archive if n in others else f"{n}.mar")
                for n, s in chosen.plan.settings(others).items()]
-    record = _record(options, chosen.plan, chosen.capacity, reference, environment)
+    record = _record(options, chosen.plan, chosen.capacity, reference, environment, served)
     write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
     progress(f"wrote {shown(written)}; verifying from it")
     verified = measure_capacity("tuned (from the written file)", mix, options.model_store, written, None,
                                 max(1.0, chosen.capacity.rate_rps), options.final_point, progress)
-    record = _record(options, chosen.plan, verified, reference, environment)
+    record = _record(options, chosen.plan, verified, reference, environment, served)
     write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
     content = report.build(options, alone, tried, chosen, reference, verified, record, environment)
     report.write(folder, content)
@@ -128,14 +128,16 @@ def _idle(others: Dict[str, ModelSettings], mix: Mix) -> Tuple[str, ...]:
     return tuple(n for n in others if n not in mix.shares)
 
 
-def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: Capacity, environment: dict) -> MixRecord:
+def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: Capacity, environment: dict,
+            served: Dict[str, str]) -> MixRecord:
     best = measured.best
     models = []
     for name, c in plan.models:
         rate = best.models[name]["achieved_rps"] if best else 0.0
         p99 = (best.model_p99_ms(name) or 0.0) if best else 0.0
         models.append(ModelShare(name, round(options.mix.shares[name], 4), options.mix.slo_ms[name], c.workers,
-                                 c.threads, c.batch_size, c.max_batch_delay_ms, round(rate, 1), round(p99, 1)))
+                                 c.threads, c.batch_size, c.max_batch_delay_ms, round(rate, 1), round(p99, 1),
+                                 served[name]))
     return MixRecord(tuple(models), round(measured.rate_rps, 1), round(reference.rate_rps, 1), options.cores,
                      round(measured.memory_mib, 1), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      shown(options.folder), machine(environment))

@@ -36,6 +36,11 @@ class ModelShare:
     max_batch_delay_ms: int
     rate_rps: float  # its part of the total at the capacity point
     p99_ms: float
+    archive: str = ""  # the archive it was served from (its variant: build/variants.py); "": <name>.mar
+
+    @property
+    def served_archive(self) -> str:
+        return self.archive or f"{self.name}.mar"
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,8 @@ class MixRecord:
             f"; the per-model-alone values in this mix: {self.baseline_rps:.1f} req/s")
         text = [f"{MIX_PREFIX}{parts}: {self.capacity_rps:.1f} req/s per server{baseline}"]
         text += [f"{MORE}{m.name}: {m.workers} x {m.threads} thread(s), batch {m.batch_size}, delay "
-                 f"{m.max_batch_delay_ms} ms; {m.rate_rps:.1f} req/s at p99 {m.p99_ms:.1f} ms" for m in self.models]
+                 f"{m.max_batch_delay_ms} ms, {m.served_archive}; {m.rate_rps:.1f} req/s at p99 {m.p99_ms:.1f} ms"
+                 for m in self.models]
         text.append(f"{MORE}{self.date}; report {self.report}; machine {self.machine}")
         text.append(RECORD_PREFIX + json.dumps(self.to_json(), separators=(",", ":")))
         return tuple(t.replace("\r", " ").replace("\n", " ") for t in text)
