@@ -121,8 +121,10 @@ def store(project):
 
 @pytest.fixture(scope="module")
 def served(store):
-    """Step 4: TorchServe on the new archives (TorchServe's defaults for them: no models= entry yet)."""
-    with TorchServe(store, wait_for=("scans", "photos")) as ts:
+    """Step 4: TorchServe on the new archives (TorchServe's defaults for them: no models= entry yet).
+    The repository's config.properties lists its own models in load_models; a user's store is
+    served with load_models=all, as a fresh TorchServe config would."""
+    with TorchServe(store, wait_for=("scans", "photos"), extra_properties={"load_models": "all"}) as ts:
         yield ts
 
 
