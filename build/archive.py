@@ -252,7 +252,8 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
             progress(f"  {name} {variant.name}: not archived (the gate rejected it)")
             return VariantResult(variant.name, None, verdict.summary, verdict.worst, size, speed, rebuilt=True)
         served = Path(shutil.move(str(served), stage / served.name))
-        (stage / "model-config.yaml").write_text(yaml.safe_dump({"handler": section}, sort_keys=False))
+        model_config = {**family.archive_config, "handler": section}
+        (stage / "model-config.yaml").write_text(yaml.safe_dump(model_config, sort_keys=False))
         progress(f"  {name} {variant.name}: archiving")
         out = stage / "out"
         out.mkdir()

@@ -31,6 +31,8 @@ from build.files import FileSource, only_keys
 from build.gate import GateSpec
 from build.sources import default_serialisation, parse_source
 from build.variants import Variant, parse_variants
+from handlers.errors import ConfigError
+from handlers.families import family_class
 
 SERIALISATIONS = ("state_dict", "torchscript")
 # TorchServe's per-model frontend values, in the order config.properties' models= entries list
@@ -81,7 +83,7 @@ def parse_entry(name: str, raw: Mapping[str, Any]) -> ModelEntry:
     if not _NAME.match(name):
         raise CatalogueError(f"{where}: name must be letters, digits, '_' or '-', starting with a letter")
     only_keys(where, raw, _ENTRY_KEYS, required=("version", "family", "model"))
-    source = parse_source(f"{where}.model", raw["model"])
+    source = parse_source(f"{where}.model", raw["model"], _huggingface_class(where, raw["family"]))
     serialisation = raw.get("serialisation")
     if serialisation is not None and serialisation not in SERIALISATIONS:
         raise CatalogueError(f"{where}.serialisation: {serialisation!r} is not one of {list(SERIALISATIONS)}")
@@ -117,6 +119,13 @@ def parse_entry(name: str, raw: Mapping[str, Any]) -> ModelEntry:
     )
 
 
+def _huggingface_class(where: str, family: Any) -> str:
+    try:
+        return family_class(str(family)).huggingface_class
+    except ConfigError as err:
+        raise CatalogueError(f"{where}.family: {err.message}") from None
+
+
 @dataclass(frozen=True)
 class Catalogue:
     path: Path
@@ -136,6 +145,11 @@ class Catalogue:
     @property
     def names(self) -> Tuple[str, ...]:
         return tuple(self.raw_entries)
+
+    def names_of(self, generating: bool) -> Tuple[str, ...]:
+        """The models whose family generates (served step by step: causal_lm), or the others."""
+        return tuple(n for n in self.names
+                     if family_class(str(self.raw_entries[n].get("family"))).generates == generating)
 
     def entry(self, name: str) -> ModelEntry:
         """Parse one entry on demand, so one broken entry does not stop the others from building."""

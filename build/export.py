@@ -38,6 +38,9 @@ def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> Dic
     if isinstance(source, (TorchScriptFile, ExportedProgram)) and variant.name != "torchscript":
         raise CatalogueError(f"{where}: a {type(source).__name__} model is served as TorchScript: "
                              f"set serialisation: torchscript (variant {variant.name!r} needs the eager model)")
+    if family_class(entry.family).generates and variant.name != "eager":
+        raise CatalogueError(f"{where}: the {entry.family} family generates step by step over the eager model's "
+                             f"KV cache: variant {variant.name!r} is not available for it (use eager)")
     if variant.serialisation == "torchscript":
         if graph not in ("eager", "torchscript"):
             raise CatalogueError(f"{where}.settings.runtime.graph: {graph!r} cannot run a TorchScript archive: "

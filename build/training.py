@@ -1,7 +1,9 @@
-"""Weights trained at build time: `weights: {train: models/digits/train.py}` in a catalogue entry.
+"""Weights trained at build time: `weights: {train: models/digits/train.py}` in a catalogue entry,
+or a whole Hugging Face folder: `huggingface: {train: models/tinylm/train.py}`.
 
 The script (a repository file) defines `train(out: Path) -> dict`: it trains on data that installs
-offline, writes `out/weights.safetensors` and returns its figures (held-out accuracy, say). The
+offline, writes `out/weights.safetensors` (or a Hugging Face folder: config.json, weights,
+tokenizer.json) and returns its figures (held-out accuracy, perplexity, say). The
 result is cached under `model_store/.trained/<script>-<hash>/`, keyed by the content of the
 script's folder and the torch version: `make build` trains again only when those change.
 """
@@ -33,12 +35,17 @@ def _folder_hash(script: Path) -> str:
 
 def trained_weights(script_path: str, root: Path, where: str, progress=print) -> Path:
     """The weights file the script trains, from the cache when its inputs are unchanged."""
+    return trained_folder(script_path, root, where, WEIGHTS, progress) / WEIGHTS
+
+
+def trained_folder(script_path: str, root: Path, where: str, expect: str, progress=print) -> Path:
+    """The folder the script trains into (holding `expect`), from the cache when unchanged."""
     script = (root / script_path).resolve()
     if not script.is_file() or script.suffix != ".py":
         raise CatalogueError(f"{where}.train: {script_path!r} is not a .py file of the catalogue's folder")
     cache = root / "model_store" / ".trained" / f"{script.stem}-{_folder_hash(script)}"
-    if (cache / WEIGHTS).is_file():
-        return cache / WEIGHTS
+    if (cache / expect).is_file():
+        return cache
     module_name = str(script.relative_to(root).with_suffix("")).replace("/", ".")
     progress(f"  training with {script_path} (cached afterwards in {cache.relative_to(root)})")
     sys.path.insert(0, str(root))
@@ -56,9 +63,9 @@ def trained_weights(script_path: str, root: Path, where: str, progress=print) ->
         figures = train(scratch)
     finally:
         sys.path.remove(str(root))
-    if not (scratch / WEIGHTS).is_file():
-        raise CatalogueError(f"{where}.train: {script_path}'s train(out) wrote no {WEIGHTS}")
+    if not (scratch / expect).is_file():
+        raise CatalogueError(f"{where}.train: {script_path}'s train(out) wrote no {expect}")
     (scratch / "figures.json").write_text(json.dumps(figures or {}, indent=2) + "\n")
     scratch.rename(cache)
     progress(f"  trained: {json.dumps(figures or {})}")
-    return cache / WEIGHTS
+    return cache

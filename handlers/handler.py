@@ -60,6 +60,7 @@ class Handler:
         self.model = None
         self.profiler = None
         self.decode_pool = None
+        self.generation = None  # a generative family's service (handlers/generation/serving.py)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize(self, context) -> None:
@@ -85,8 +86,19 @@ class Handler:
         self.family = family_class(self.settings.family)(self.settings.family_settings, model_dir, rt.channels_last)
         self.decode_pool = runtime.decode_pool(rt.preprocess_threads or self.threads)
         self.model = self.load_model(model_dir)
+        if self.family.generates:
+            continuous = bool(yaml_config.get("continuousBatching", False))
+            if continuous and workers > 1:
+                # TorchServe 0.12's Model.pollInferJob holds the model's queue lock while an idle worker
+                # waits for a request, and a continuous batch takes that lock every step: a second
+                # worker stalls the first one's running sequences until new traffic comes.
+                raise ConfigError(f"{self.model_name}: continuous batching runs on one worker per model in "
+                                  f"TorchServe 0.12 ({workers} started): set minWorkers=maxWorkers=1 and raise "
+                                  "batchSize (sequences per step) instead")
+            self.generation = generation_service(self, continuous)
         if rt.warmup:
-            runtime.warm_up(lambda size: self.infer(self.family.example_batch(size)), self.max_batch_size)
+            warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
+            runtime.warm_up(warm, self.max_batch_size)
         self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")
         runtime.drop_per_batch_log_line()
         frozen = runtime.freeze_heap() if rt.freeze_heap else 0
@@ -135,6 +147,9 @@ class Handler:
     def handle(self, data: Optional[List[Any]], context) -> Optional[List[Any]]:
         if data is None:
             return None
+        if self.generation is not None:
+            with region(self.profiler, "generation_step"):
+                return self.generation.handle(data, context)
         clock = StageClock()
         results: List[Optional[bytes]] = [None] * len(data)
         # Per accepted request: (its index, its envelope or None, where its items start, how many).
@@ -214,6 +229,18 @@ class Handler:
                 outcomes.append(failed[1] if envelope is None else kserve.instance_error(failed[1], failed[0]))
         return outcomes
 
+    def decode_each(self, data: List[Any], context, indices: List[int]) -> List[Any]:
+        """Each request decoded by the family on its own: the item, or the HandlerError rejecting it."""
+        outcomes = []
+        for request, idx in zip(data, indices):
+            try:
+                outcomes.append(self.family.decode(request_body(request), _content_type(context, idx)))
+            except HandlerError as err:
+                outcomes.append(err)
+            except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
+                outcomes.append(_fault(idx))
+        return outcomes
+
     def infer(self, inputs):
         """The model on one collated batch: each input tensor on the device in the model's layout."""
         tensors = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -241,6 +268,18 @@ class Handler:
         if kserve.from_kserve_route(_headers(context, idx)):
             answer["error"] = err.message  # where KServe / Open Inference Protocol clients read it
         return _json_answer(context, idx, answer)
+
+
+def generation_service(handler: Handler, continuous: bool):
+    """A generative family's engine and service over the handler's model (imported only for them)."""
+    from handlers.generation.engine import Engine
+    from handlers.generation.serving import GenerationService
+
+    lm = handler.model.lm
+    engine = Engine(lm, handler.family.decode_text, handler.family.eos_id, handler.family.check_model(lm),
+                    handler.autocast_dtype)
+    return GenerationService(engine, handler.model_name, continuous, handler.decode_each, handler.reject,
+                             warm_request=handler.family.example_request())
 
 
 def _fault(idx: int) -> ServerFault:

@@ -6,6 +6,7 @@ the archive's model-config.yaml (`handler.source`):
     source: {module: efficientnet_lite_pytorch, attribute: EfficientNet.from_name,
              args: {model_name: efficientnet-lite0}}
     source: {huggingface: hf}       # a Hugging Face config folder inside the archive
+    source: {huggingface: hf, auto: AutoModelForCausalLM}
 
 A TorchScript archive needs none of this: the worker only loads the graph.
 """
@@ -60,24 +61,28 @@ class ModuleSource:
 
 @dataclass(frozen=True)
 class HuggingFaceSource:
-    """A Hugging Face model (AutoModel) from a local folder: config.json, and the weights when
-    built with them (at build time; a worker builds from the config and loads its own weights)."""
+    """A Hugging Face model from a local folder: config.json, and the weights when built with them
+    (at build time; a worker builds from the config and loads its own weights). `auto`: the
+    transformers Auto class the family needs (AutoModel for encoders, AutoModelForCausalLM)."""
 
     folder: str
+    auto: str = "AutoModel"
 
     def build(self, search_path: Optional[Path] = None, with_weights: bool = False) -> torch.nn.Module:
-        from transformers import AutoConfig, AutoModel
+        import transformers
+        from transformers import AutoConfig
 
         folder = Path(search_path or ".") / self.folder
         if not (folder / "config.json").is_file():
             raise ConfigError(f"source huggingface: no config.json in {folder}")
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        auto = getattr(transformers, self.auto)
 
         def make(attention: Optional[str]) -> torch.nn.Module:
             if with_weights:
-                return AutoModel.from_pretrained(str(folder), config=config, local_files_only=True,
-                                                 attn_implementation=attention)
-            return AutoModel.from_config(config, attn_implementation=attention)
+                return auto.from_pretrained(str(folder), config=config, local_files_only=True,
+                                            attn_implementation=attention)
+            return auto.from_config(config, attn_implementation=attention)
 
         try:  # scaled-dot-product attention (one fused kernel) where the architecture has it
             return make("sdpa")
@@ -85,7 +90,10 @@ class HuggingFaceSource:
             return make(None)
 
     def to_json(self) -> dict:
-        return {"huggingface": self.folder}
+        return {"huggingface": self.folder} if self.auto == "AutoModel" else {"huggingface": self.folder, "auto": self.auto}
+
+
+AUTO_CLASSES = ("AutoModel", "AutoModelForCausalLM")
 
 
 Source = Union[ModuleSource, HuggingFaceSource]
@@ -97,8 +105,11 @@ def source_from(raw: Optional[Mapping[str, Any]], where: str = "handler.source")
         return None
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    if set(raw) == {"huggingface"} and isinstance(raw["huggingface"], str):
-        return HuggingFaceSource(raw["huggingface"])
+    if "huggingface" in raw and set(raw) <= {"huggingface", "auto"} and isinstance(raw["huggingface"], str):
+        auto = raw.get("auto", "AutoModel")
+        if auto not in AUTO_CLASSES:
+            raise ConfigError(f"{where}.auto: {auto!r} is not one of {list(AUTO_CLASSES)}")
+        return HuggingFaceSource(raw["huggingface"], auto)
     if {"module", "attribute"} <= set(raw) <= {"module", "attribute", "args"}:
         args = raw.get("args") or {}
         if not isinstance(args, Mapping):

@@ -5,6 +5,9 @@ measured in the same run.
     python -m benchmarks.bench --model efficientnet_lite0 --batch-size 8 --max-batch-delay 20 --workers 1
     make bench MODEL=minilm ARGS="--window-s 3"
 
+A model whose family generates text (causal_lm) is measured by benchmarks/bench/generation.py:
+tokens/s, time to first token and inter-token gaps instead of requests/s.
+
 Steps: (1) the in-process limit: our handler's batched throughput with no server, same batch size
 and threads; (2) ours: a TorchServe on free loopback ports with the given per-model values, a
 closed-loop concurrency sweep (1, 2, 4, ... until throughput rises by <5%), then open-loop Poisson
@@ -361,8 +364,22 @@ def run(cfg: BenchConfig) -> Path:
                         command=cfg.command, slo_ms=cfg.slo_ms, smoke=cfg.smoke)
 
 
+def generating_model(argv: Sequence[str]) -> Optional[str]:
+    """The --model of argv when its family generates text (benchmarks/bench/generation.py measures it)."""
+    from build.catalogue import Catalogue
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model")
+    model = pre.parse_known_args(argv)[0].model
+    return model if model in Catalogue.load(CATALOGUE).names_of(generating=True) else None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if generating_model(argv):
+        from benchmarks.bench import generation
+
+        return generation.main(argv)
     args = parser().parse_args(argv)
     try:
         cfg = config_from(args, argv)

@@ -22,6 +22,14 @@ class FakeMetrics:
     def add_counter(self, name, value, idx=None, dimensions=()):
         self.calls.append(("counter", name, value, {d.name: d.value for d in dimensions}))
 
+    def add_metric(self, name, value, unit, idx=None, dimensions=(), metric_type=None):
+        kind = getattr(metric_type, "name", "counter").lower()
+        self.calls.append((kind, name, value, {d.name: d.value for d in dimensions}))
+
+    def last(self, name: str):
+        """The latest value sent under this name (None if never)."""
+        return next((call[2] for call in reversed(self.calls) if call[1] == name), None)
+
 
 class FakeContext:
     def __init__(self, model_dir: Path, model_name: str, batch_size: int = 4,
@@ -39,6 +47,8 @@ class FakeContext:
         self.headers: Dict[int, Dict[str, str]] = {}
         self.statuses: Dict[int, Tuple[int, str]] = {}
         self.content_types: Dict[int, str] = {}
+        self.request_ids: Dict[int, str] = {}  # idx -> request id, as TorchServe sets per call
+        self.stopping_criteria = None
 
     def get_all_request_header(self, idx: int) -> Dict[str, str]:
         return self.headers.get(idx, {})

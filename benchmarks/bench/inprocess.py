@@ -226,14 +226,16 @@ def plot(results: Dict[str, List[Measurement]], path: Path, args) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.inprocess", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", choices=Catalogue.load(CATALOGUE).names, help="default: all")
+    # A generating model's in-process figures (KV cache vs recompute): python -m benchmarks.bench.generation
+    parser.add_argument("--model", action="append", choices=Catalogue.load(CATALOGUE).names_of(generating=False),
+                        help="default: all but the generating ones (benchmarks/bench/generation.py)")
     parser.add_argument("--batch-size", type=int, action="append", help="repeatable; default: 1 and 8")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (a worker's budget; default 1)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured time per variant")
     args = parser.parse_args(argv)
     args.batch_size = args.batch_size or [1, 8]
     try:
-        results = run(args.model or list(Catalogue.load(CATALOGUE).names), args.batch_size, args.threads, args.seconds)
+        results = run(args.model or list(Catalogue.load(CATALOGUE).names_of(generating=False)), args.batch_size, args.threads, args.seconds)
     except (BenchmarkError, BuildError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -81,10 +81,12 @@ class Client:
         *,
         token: str | None = None,
         timeout_s: float | None = None,
+        stream: bool = False,
     ) -> requests.Response:
         """POST raw bytes (never form encoding). Returns the response whatever its status.
 
         `token=""` sends no Authorization header; any other string is sent instead of the key.
+        `stream=True`: the body is read as it arrives (iter_content), for streamed answers.
         """
         data, ctype = encode_body(body, content_type)
         headers = {"Content-Type": ctype}
@@ -96,6 +98,7 @@ class Client:
             data=data,
             headers=headers,
             timeout=timeout_s or self.timeout_s,
+            stream=stream,
         )
 
     # -- management ------------------------------------------------------------------------

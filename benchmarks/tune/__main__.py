@@ -91,6 +91,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--tie-pct", type=float, default=10.0,
                    help="prefer a shorter batch delay whose capacity is within this %% of the best (low-load latency); "
                         "0: capacity alone")
+    g.add_argument("--ttft-samples", type=int, default=60,
+                   help="a generating model (causal_lm): requests per candidate at least, for its TTFT p99")
     g.add_argument("--grid", action="store_true", help="also measure every candidate (model-free), to compare")
     g = p.add_argument_group("load (one open-loop point)")
     g.add_argument("--window-s", type=float, default=2.0)
@@ -155,12 +157,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
     if args.mix:
         return main_mix(args, argv)
+    status = 0
+    if not args.resume:  # a resumed run is one stateless model's
+        generating, args.model = split_generating(args.model)
+        for model in generating:
+            status = max(status, main_generation(model, args, argv))
+        if not args.model:
+            return status
     try:
         runs = runs_from(args, argv)
     except (LauncherError, BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    status = 0
     for options in runs:
         try:
             status = max(status, tune_model(options, progress_for(options.model)))
@@ -172,6 +180,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error [{options.model}]: {exc}", file=sys.stderr)
             status = 2
     return status
+
+
+def split_generating(models: Optional[List[str]]) -> tuple:
+    """(the generating models among those asked for (default: every catalogue model), the others)."""
+    catalogue = Catalogue.load(CATALOGUE)
+    asked = models or list(catalogue.names)
+    generating = [m for m in asked if m in catalogue.names_of(generating=True)]
+    return generating, [m for m in asked if m not in generating]
+
+
+def main_generation(model: str, args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """A generating model: its own search (benchmarks/tune/generation.py), tokens/s under a TTFT SLO."""
+    from benchmarks.tune import generation
+
+    command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
+    slo = args.slo_ms or Catalogue.load(CATALOGUE).entry(model).slo_ms
+    try:
+        return generation.tune(model, slo, args.model_store, args.config, args.out, usable_cores(), not args.no_write,
+                               args.ttft_samples, command, progress_for(model))
+    except KeyboardInterrupt:
+        print("\ninterrupted: every server was stopped", file=sys.stderr)
+        return 130
+    except (LauncherError, BuildError) as exc:
+        print(f"error [{model}]: {exc}", file=sys.stderr)
+        return 2
 
 
 def main_mix(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -77,16 +77,18 @@ class Provenance:
     defaults_rps: Optional[float]
     report: str
     machine: str
+    unit: str = "req/s"  # a generating model: tokens/s
+    latency: str = "p99"  # a generating model: "TTFT p99"
 
     def lines(self) -> Tuple[str, ...]:
         s = self.settings
         workers = f"{s.min_workers} worker{'s' if s.min_workers > 1 else ''} x {self.threads} thread" + (
             "s" if self.threads > 1 else "")
-        defaults = "" if self.defaults_rps is None else f"; TorchServe defaults {self.defaults_rps:.1f} req/s"
+        defaults = "" if self.defaults_rps is None else f"; TorchServe defaults {self.defaults_rps:.1f} {self.unit}"
         text = (
-            f"{RECORD_PREFIX}{self.model}: {self.date}, SLO p99 <= {self.slo_ms:g} ms: batchSize {s.batch_size}, "
+            f"{RECORD_PREFIX}{self.model}: {self.date}, SLO {self.latency} <= {self.slo_ms:g} ms: batchSize {s.batch_size}, "
             f"maxBatchDelay {s.max_batch_delay_ms} ms, {workers}",
-            f"{RECORD_MORE}measured: {self.throughput_rps:.1f} req/s at p99 {self.p99_ms:.1f} ms "
+            f"{RECORD_MORE}measured: {self.throughput_rps:.1f} {self.unit} at {self.latency} {self.p99_ms:.1f} ms "
             f"({self.verified}{defaults})",
             f"{RECORD_MORE}report {self.report}; machine {self.machine}",
         )

@@ -28,6 +28,12 @@ class Family:
     # (a string), "tensor" (also {"data": [flat values], "shape": [...]} JSON: v2's numeric
     # tensors), "json" (a JSON body).
     input_kind: ClassVar[str] = "json"
+    # Generative families are served step by step with per-request state (handlers/generation/).
+    generates: ClassVar[bool] = False
+    # Keys the family needs in its archives' model-config.yaml, beside `handler:` (frontend modes).
+    archive_config: ClassVar[Mapping[str, Any]] = {}
+    # The transformers Auto class that builds a Hugging Face source for this family.
+    huggingface_class: ClassVar[str] = "AutoModel"
 
     def __init__(self, settings: Any, model_dir: Path, channels_last: bool = False) -> None:
         """`model_dir`: where the archive's files are (labels, tokenizer, ...); `channels_last`: the

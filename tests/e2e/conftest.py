@@ -18,7 +18,9 @@ from benchmarks.serving.repo import CATALOGUE
 from benchmarks.serving.ts_config import ServerConfig
 from build.catalogue import Catalogue
 
-MODELS = Catalogue.load(CATALOGUE).names
+# The request/response models, which the repository's config.properties serves together; generating
+# models answer step by step on their own servers (tests/e2e/test_generation.py).
+MODELS = Catalogue.load(CATALOGUE).names_of(generating=False)
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,8 @@ from .conftest import make_handler
 pytestmark = pytest.mark.unit
 
 BATCH = 6
-MODELS = Catalogue.load(CATALOGUE).names  # each gets its family's corpus
+# Each gets its family's corpus; a generating model's bad requests: tests/unit/test_generation.py.
+MODELS = Catalogue.load(CATALOGUE).names_of(generating=False)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,260 @@
+"""Benchmark a causal-LM (generating) model: in-process KV cache vs recomputation, then a real
+TorchServe with continuous batching against the same archive at batchSize 1, and time to first
+token for a short request on an idle server against one busy with long generations. One run,
+one report.
+
+    python -m benchmarks.bench.generation --model tinylm
+    make bench MODEL=tinylm            (the bench's entry point sends generating families here)
+
+Writes benchmarks/reports/generation-<model>-<time>/ (report.json, report.md, ttft.png, tokens.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from benchmarks.bench.bare_context import FakeContext
+from benchmarks.bench.inprocess import extracted_archive
+from benchmarks.load.generation import GenerationResult, Generators, generate
+from benchmarks.load.stats import percentile
+from benchmarks.serving.errors import BenchmarkError
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import MODEL_STORE, REPORTS, shown
+from benchmarks.serving.ts_config import ModelSettings
+
+PROMPTS = ["The for statement is used to", "A class definition defines", "When a name is not found",
+           "The import statement", "Exceptions are raised when", "An object is",
+           "The with statement is used to", "Assignment statements are used to"]
+
+
+def log(message: str) -> None:
+    print(f"[generation-bench] {message}", file=sys.stderr, flush=True)
+
+
+# ---- in-process ----------------------------------------------------------------------------------
+def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
+    """KV cache vs recomputing every step, one sequence, `new_tokens` tokens (ignore_eos), same handler."""
+    from handlers.handler import Handler
+
+    with tempfile.TemporaryDirectory(prefix="genbench-") as tmp:
+        model_dir = extracted_archive(model, None, Path(tmp))
+        handler = Handler()
+        handler.initialize(FakeContext(model_dir, model, batch_size=8))
+        engine, family = handler.generation.engine, handler.family
+        request = family.decode({"prompt": PROMPTS[0], "max_new_tokens": new_tokens, "ignore_eos": True}, "")
+        rates: Dict[str, List[float]] = {"kv_cache": [], "recompute": []}
+        same = True
+        for r in range(repeats):
+            started = time.perf_counter()
+            cached = engine.generate([("kv", request)])["kv"]
+            rates["kv_cache"].append(new_tokens / (time.perf_counter() - started))
+            started = time.perf_counter()
+            recomputed = engine.generate_without_cache(request)
+            rates["recompute"].append(new_tokens / (time.perf_counter() - started))
+            same = same and cached.text.ids == recomputed.text.ids
+            log(f"in-process {r + 1}/{repeats}: KV cache {rates['kv_cache'][-1]:.0f} tokens/s, "
+                f"recompute {rates['recompute'][-1]:.0f} tokens/s")
+        batch = {}
+        for size in (1, 8):
+            requests = [(f"b{i}", family.decode({"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": new_tokens,
+                                                 "ignore_eos": True}, "")) for i in range(size)]
+            started = time.perf_counter()
+            engine.generate(requests)
+            batch[str(size)] = round(size * new_tokens / (time.perf_counter() - started), 1)
+        threads = handler.threads
+    kv, recompute = statistics.median(rates["kv_cache"]), statistics.median(rates["recompute"])
+    return {"new_tokens": new_tokens, "threads": threads, "repeats": repeats,
+            "kv_cache_tokens_per_s": [round(x, 1) for x in rates["kv_cache"]],
+            "recompute_tokens_per_s": [round(x, 1) for x in rates["recompute"]],
+            "speedup": round(kv / recompute, 2), "speedup_min": round(min(rates["kv_cache"]) / max(rates["recompute"]), 2),
+            "same_tokens": same, "batched_tokens_per_s": batch}
+
+
+# ---- served --------------------------------------------------------------------------------------
+def body(i: int, new_tokens: int) -> dict:
+    return {"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": new_tokens, "ignore_eos": True}
+
+
+def throughput(server: TorchServe, model: str, clients: int, new_tokens: int, rounds: int,
+               timeout_s: float = 300.0) -> dict:
+    """`clients` closed-loop clients, each generating `new_tokens` tokens `rounds` times."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def client(c: int) -> List[GenerationResult]:
+        return [generate(server.client, model, body(c + i, new_tokens), timeout_s=timeout_s) for i in range(rounds)]
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        done = [r for batch in pool.map(client, range(clients)) for r in batch]
+    wall = time.perf_counter() - started
+    failed = [r for r in done if not r.ok]
+    if failed:
+        raise BenchmarkError(f"{len(failed)} generation request(s) failed: {failed[0].status} {failed[0].error}")
+    tokens = sum(r.generated_tokens for r in done)
+    return {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
+            "tokens_per_s": round(tokens / wall, 1),
+            "ttft_p50_ms": round(1000 * percentile(sorted(r.ttft_s for r in done), 50), 1),
+            "ttft_p99_ms": round(1000 * percentile(sorted(r.ttft_s for r in done), 99), 1),
+            "inter_chunk_p99_ms": round(1000 * percentile(sorted(g for r in done for g in r.gaps_s), 99), 2)}
+
+
+def probes(server: TorchServe, model: str, count: int) -> List[GenerationResult]:
+    """Short streamed requests, one after another."""
+    out = []
+    for i in range(count):
+        result = generate(server.client, model, {"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": 4})
+        if not result.ok:
+            raise BenchmarkError(f"probe failed: {result.status} {result.error}")
+        out.append(result)
+    return out
+
+
+def ttft_figures(results: List[GenerationResult]) -> dict:
+    values = sorted(1000 * r.ttft_s for r in results)
+    return {"count": len(values), "p50_ms": round(percentile(values, 50), 2), "p90_ms": round(percentile(values, 90), 2),
+            "p99_ms": round(percentile(values, 99), 2), "max_ms": round(values[-1], 2), "values_ms": [round(v, 2) for v in values]}
+
+
+def served(model: str, args) -> dict:
+    out = {}
+    for label, batch in (("batch_size_1", 1), ("continuous", args.clients)):
+        settings = {model: ModelSettings(batch_size=batch, max_batch_delay_ms=1)}
+        log(f"served, {label}: TorchServe with batchSize {batch}, continuous batching, 1 worker")
+        with TorchServe(MODEL_STORE, models=settings, load=(model,)) as server:
+            probes(server, model, 3)  # warm the path
+            out[label] = throughput(server, model, args.clients, args.new_tokens, args.rounds)
+            log(f"  {args.clients} clients x {args.rounds} x {args.new_tokens} tokens: "
+                f"{out[label]['tokens_per_s']} tokens/s")
+            if batch == args.clients:
+                log(f"  time to first token, idle: {args.probes} short requests")
+                idle = probes(server, model, args.probes)
+                log(f"  time to first token with {args.clients - 1} long generations running")
+                long_body = {"prompt": PROMPTS[1], "max_new_tokens": args.long_tokens, "ignore_eos": True}
+                with Generators(server.client, model, args.clients - 1, lambda c, i: long_body) as busy_load:
+                    time.sleep(1.0)  # the long ones are all in the batch
+                    busy = probes(server, model, args.probes)
+                    background = busy_load.stop()
+                out["ttft_idle"], out["ttft_busy"] = ttft_figures(idle), ttft_figures(busy)
+                out["ttft_busy"]["background_requests"] = len(background)
+                log(f"  TTFT p99 idle {out['ttft_idle']['p99_ms']} ms, busy {out['ttft_busy']['p99_ms']} ms")
+    out["continuous_over_batch_1"] = round(out["continuous"]["tokens_per_s"] / out["batch_size_1"]["tokens_per_s"], 2)
+    out["ttft_busy_over_idle_p99"] = round(out["ttft_busy"]["p99_ms"] / out["ttft_idle"]["p99_ms"], 2)
+    return out
+
+
+# ---- report --------------------------------------------------------------------------------------
+def markdown(report: dict) -> str:
+    ip, sv = report["inprocess"], report["served"]
+    return "\n".join([
+        f"# Generation benchmark: {report['model']} ({report['when']})",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        "## In-process: KV cache vs recomputation",
+        f"One sequence, {ip['new_tokens']} new tokens, {ip['threads']} thread(s), {ip['repeats']} repeats, same tokens: "
+        f"{ip['same_tokens']}.",
+        "",
+        "| path | tokens/s (each repeat) |",
+        "|---|---|",
+        f"| KV cache | {', '.join(map(str, ip['kv_cache_tokens_per_s']))} |",
+        f"| recompute | {', '.join(map(str, ip['recompute_tokens_per_s']))} |",
+        "",
+        f"Speed-up (medians): **{ip['speedup']}x** (slowest KV repeat over fastest recompute: {ip['speedup_min']}x). "
+        f"Batched in-process: {ip['batched_tokens_per_s']} tokens/s at 1 / 8 sequences.",
+        "",
+        "## Served: continuous batching vs batchSize 1 (same archive, same handler)",
+        "",
+        "| server | clients | requests | tokens/s | TTFT p50 ms | inter-chunk p99 ms |",
+        "|---|---|---|---|---|---|",
+        *[f"| {k} | {sv[k]['clients']} | {sv[k]['requests']} | {sv[k]['tokens_per_s']} | {sv[k]['ttft_p50_ms']} | "
+          f"{sv[k]['inter_chunk_p99_ms']} |" for k in ("batch_size_1", "continuous")],
+        "",
+        f"Continuous batching over batchSize 1: **{sv['continuous_over_batch_1']}x** tokens/s.",
+        "",
+        "## Time to first token: a short request, idle vs 7 long generations running",
+        "",
+        "| server | probes | p50 ms | p90 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|",
+        *[f"| {k} | {sv[k]['count']} | {sv[k]['p50_ms']} | {sv[k]['p90_ms']} | {sv[k]['p99_ms']} | {sv[k]['max_ms']} |"
+          for k in ("ttft_idle", "ttft_busy")],
+        "",
+        f"Busy over idle, p99: **{sv['ttft_busy_over_idle_p99']}x**.",
+        "",
+        "![TTFT](ttft.png)",
+        "![tokens/s](tokens.png)",
+        "",
+    ])
+
+
+def plots(report: dict, folder: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sv, ip = report["served"], report["inprocess"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (("ttft_idle", "idle server"), ("ttft_busy", f"{report['clients'] - 1} long generations running")):
+        values = sv[key]["values_ms"]
+        ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=label)
+    ax.set_xlabel("time to first token, ms")
+    ax.set_ylabel("fraction of short requests")
+    ax.set_title(f"{report['model']}: time to first token (CDF)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "ttft.png", dpi=110)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    axes[0].bar(["recompute", "KV cache"], [statistics.median(ip["recompute_tokens_per_s"]),
+                                            statistics.median(ip["kv_cache_tokens_per_s"])], color=["grey", "tab:blue"])
+    axes[0].set_title(f"in-process, 1 sequence, {ip['new_tokens']} tokens")
+    axes[0].set_ylabel("tokens/s")
+    axes[1].bar(["batchSize 1", "continuous batching"], [sv["batch_size_1"]["tokens_per_s"],
+                                                         sv["continuous"]["tokens_per_s"]], color=["grey", "tab:blue"])
+    axes[1].set_title(f"served, {report['clients']} clients x {report['new_tokens']} tokens")
+    fig.tight_layout()
+    fig.savefig(folder / "tokens.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.generation", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="tinylm")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent clients (= the batch's sequences)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="tokens per request in the throughput runs")
+    parser.add_argument("--rounds", type=int, default=6, help="requests per client in the throughput runs")
+    parser.add_argument("--probes", type=int, default=60, help="short requests per TTFT distribution")
+    parser.add_argument("--long-tokens", type=int, default=256, help="tokens of the background generations")
+    parser.add_argument("--inprocess-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPORTS)
+    args = parser.parse_args(argv)
+    when = time.strftime("%Y%m%d-%H%M%S")
+    log(f"in-process: KV cache vs recompute, {args.inprocess_tokens} tokens")
+    report = {"model": args.model, "when": when, "clients": args.clients, "new_tokens": args.new_tokens,
+              "command": "python -m benchmarks.bench.generation " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "inprocess": inprocess(args.model, args.inprocess_tokens, args.repeats)}
+    try:
+        report["served"] = served(args.model, args)
+    except BenchmarkError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    folder = args.out / f"generation-{args.model}-{when}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (folder / "report.md").write_text(markdown(report))
+    plots(report, folder)
+    log(f"report: {shown(folder / 'report.md')}")
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

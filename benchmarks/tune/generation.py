@@ -1,0 +1,143 @@
+"""Tune a generating model (causal_lm): sequences per decoding step (batchSize) for a
+time-to-first-token SLO, written into config.properties like any model's values.
+
+    python -m benchmarks.tune --model tinylm [--slo-ms 100] [--no-write]
+
+Each candidate is a real TorchServe (continuous batching, maxBatchDelay 1 ms) under closed-loop
+streaming clients, as many as the candidate holds sequences, each generating 64 tokens, at least
+--ttft-samples requests in all. The choice: the most tokens/s whose TTFT p99 is within the SLO
+(within 5%, the smaller batch). The written file is then read back by a restarted server and the
+choice measured again.
+
+One worker, all the cores: TorchServe 0.12's continuous batching stalls a worker's running
+sequences while another worker of the model idles (Model.pollInferJob holds the queue lock through
+its wait; measured: two workers hang at their second step), so the handler refuses a second worker
+and the search is over sequences per step, the knob that batches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from benchmarks.bench.generation import throughput
+from benchmarks.serving.environment import cpu_model
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import shown
+from benchmarks.serving.ts_config import ModelSettings
+from benchmarks.tune.config_writer import Provenance, Update, write_config
+from benchmarks.tune.errors import TuneError
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+NEW_TOKENS = 64
+TIE = 0.05
+REQUEST_TIMEOUT_S = 60.0  # a 64-token request takes well under a second: longer means the server is stuck
+
+
+@dataclass(frozen=True)
+class Candidate:
+    settings: ModelSettings
+    tokens_per_s: float
+    ttft_p99_ms: float
+    requests: int
+
+    def to_json(self) -> dict:
+        s = self.settings
+        return {"batch_size": s.batch_size, "workers": s.min_workers, "threads": s.threads,
+                "tokens_per_s": self.tokens_per_s, "ttft_p99_ms": self.ttft_p99_ms, "requests": self.requests}
+
+
+def measure(store: Path, model: str, settings: ModelSettings, samples: int, config: Optional[Path] = None) -> Candidate:
+    clients = settings.batch_size * settings.min_workers
+    rounds = max(2, math.ceil(samples / clients))
+    kwargs = {"base_config": config} if config else {"models": {model: settings}}
+    with TorchServe(store, load=(model,), **kwargs) as server:
+        throughput(server, model, clients, 8, 1, timeout_s=REQUEST_TIMEOUT_S)  # warm the path
+        figures = throughput(server, model, clients, NEW_TOKENS, rounds, timeout_s=REQUEST_TIMEOUT_S)
+    return Candidate(settings, figures["tokens_per_s"], figures["ttft_p99_ms"], figures["requests"])
+
+
+def choose(results: List[Candidate], slo_ms: float) -> Optional[Candidate]:
+    passing = [r for r in results if r.ttft_p99_ms <= slo_ms]
+    if not passing:
+        return None
+    best = max(r.tokens_per_s for r in passing)
+    near = [r for r in passing if r.tokens_per_s >= best * (1 - TIE)]
+    return min(near, key=lambda r: r.settings.batch_size)
+
+
+def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores: int, write: bool, samples: int,
+         command: str, progress: Callable[[str], None]) -> int:
+    folder = out / f"tune-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    space = [ModelSettings(batch_size=b, max_batch_delay_ms=1, min_workers=1, max_workers=1, threads=cores)
+             for b in BATCH_SIZES]
+    progress(f"TTFT p99 <= {slo_ms:g} ms; {len(space)} candidates (batchSize {list(BATCH_SIZES)}, one worker x "
+             f"{cores} threads); closed-loop streaming clients, {NEW_TOKENS} tokens each")
+    results = []
+    for i, settings in enumerate(space, start=1):
+        result = measure(store, model, settings, samples)
+        results.append(result)
+        progress(f"[{i}/{len(space)}] batchSize {settings.batch_size}: {result.tokens_per_s:.0f} tokens/s, "
+                 f"TTFT p99 {result.ttft_p99_ms:.0f} ms")
+    chosen = choose(results, slo_ms)
+    report = {"model": model, "slo_ms": slo_ms, "command": command, "candidates": [r.to_json() for r in results],
+              "chosen": chosen.to_json() if chosen else None, "written": False, "verified": None}
+    if chosen is None:
+        progress("no candidate meets the SLO: config.properties left alone")
+    elif write:
+        record = Provenance(model, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), slo_ms, chosen.settings,
+                            chosen.settings.threads, chosen.tokens_per_s, chosen.ttft_p99_ms, "search only", None,
+                            shown(folder), cpu_model(), unit="tokens/s", latency="TTFT p99")
+        write_config(config, [Update(model, chosen.settings)], [record])
+        report["written"] = True
+        again = measure(store, model, chosen.settings, samples, config=config)
+        report["verified"] = again.to_json()
+        progress(f"written to {shown(config)}; restarted from it: {again.tokens_per_s:.0f} tokens/s, TTFT p99 "
+                 f"{again.ttft_p99_ms:.0f} ms")
+    (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (folder / "report.md").write_text(markdown(report))
+    plot(report, folder / "candidates.png")
+    progress(f"report: {shown(folder / 'report.md')}")
+    if chosen is None:
+        raise TuneError(f"{model}: no candidate has TTFT p99 <= {slo_ms:g} ms (see {shown(folder)})")
+    return 0
+
+
+def markdown(report: dict) -> str:
+    rows = [f"| {c['batch_size']} | {c['workers']} x {c['threads']} | {c['tokens_per_s']} | {c['ttft_p99_ms']} | "
+            f"{'**chosen**' if report['chosen'] and c == report['chosen'] else ''} |" for c in report["candidates"]]
+    verified = report.get("verified")
+    return "\n".join([
+        f"# Tune {report['model']}: sequences per step for TTFT p99 <= {report['slo_ms']:g} ms", "",
+        f"Command: `{report['command']}`", "",
+        "| batchSize | workers x threads | tokens/s | TTFT p99 ms | |", "|---|---|---|---|---|", *rows, "",
+        f"Written to config.properties: {report['written']}."
+        + (f" Restarted from the written file: {verified['tokens_per_s']} tokens/s, TTFT p99 {verified['ttft_p99_ms']} ms."
+           if verified else ""), "", "![candidates](candidates.png)", ""])
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for workers in sorted({c["workers"] for c in report["candidates"]}):
+        rows = [c for c in report["candidates"] if c["workers"] == workers]
+        ax.plot([c["ttft_p99_ms"] for c in rows], [c["tokens_per_s"] for c in rows], "o-", label=f"{workers} worker(s)")
+        for c in rows:
+            ax.annotate(f"b{c['batch_size']}", (c["ttft_p99_ms"], c["tokens_per_s"]), fontsize=8)
+    ax.axvline(report["slo_ms"], color="red", linestyle="--", label="SLO")
+    ax.set_xlabel("TTFT p99, ms")
+    ax.set_ylabel("tokens/s")
+    ax.set_title(f"{report['model']}: candidates")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,251 @@
+"""The causal-LM family in-process: KV cache == recomputation, a sequence in a batch == alone,
+streamed == whole, sampling reproducible, the request checks, and the continuous-batching loop
+(one step per call, by request id) with a fake TorchServe context."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from handlers.errors import BadInput, PayloadTooLarge
+from handlers.generation.engine import Engine
+from handlers.generation.params import GenerationRequest, Limits, parse_request
+from handlers.generation.text import TextStream
+from tests.unit.conftest import make_handler
+
+pytestmark = pytest.mark.unit
+
+PROMPTS = ["The for statement is used to", "A class definition", "Names refer to objects.",
+           "The import statement", "If the syntax", "Exceptions are"]
+
+
+def random_engine(seed: int) -> Engine:
+    """A GPT-2 with random weights: the cache's bookkeeping must be right for any weights."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    lm = GPT2LMHeadModel(GPT2Config(vocab_size=211, n_layer=2, n_head=2, n_embd=32, n_positions=128)).eval()
+    return Engine(lm, lambda ids: " ".join(map(str, ids)), eos_id=210, max_positions=128)
+
+
+def ids_request(prompt, new_tokens=24, **kw) -> GenerationRequest:
+    return GenerationRequest(prompt="-", prompt_ids=tuple(prompt), max_new_tokens=new_tokens, **kw)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kv_cache_equals_recomputation_on_random_weights(seed):
+    engine = random_engine(seed)
+    g = torch.Generator().manual_seed(seed)
+    for length in (1, 5, 17):
+        prompt = torch.randint(0, 200, (length,), generator=g).tolist()
+        cached = engine.generate([("a", ids_request(prompt))])["a"]
+        recomputed = engine.generate_without_cache(ids_request(prompt))
+        assert cached.text.ids == recomputed.text.ids
+
+
+def test_sequences_joining_a_running_batch_match_their_runs_alone():
+    engine = random_engine(3)
+    prompts = [[1, 2, 3], [9] * 20, [5], list(range(30, 41))]
+    alone = [engine.generate([("x", ids_request(p, 16))])["x"].text.ids for p in prompts]
+    seqs = [engine.new_sequence(str(i), ids_request(p, 16)) for i, p in enumerate(prompts)]
+    engine.admit(seqs[:1])
+    for i, seq in enumerate(seqs[1:], start=1):  # each joins a batch already mid-generation
+        for _ in range(i * 2):
+            engine.step()
+        engine.admit([seq])
+    while engine.running:
+        engine.step()
+    assert [s.text.ids for s in seqs] == alone
+    assert engine.kv is None and engine.cache_bytes == 0  # every finished sequence freed its rows
+
+
+def test_dropped_sequence_frees_its_rows_and_the_rest_go_on():
+    engine = random_engine(4)
+    alone = engine.generate([("b", ids_request([7, 8, 9], 12))])["b"].text.ids
+    a, b = engine.new_sequence("a", ids_request([1] * 40, 40)), engine.new_sequence("b", ids_request([7, 8, 9], 12))
+    engine.admit([a, b])
+    engine.step()
+    before = engine.cache_bytes
+    assert [s.key for s in engine.drop(["a"])] == ["a"]
+    assert engine.cache_bytes < before / 2 and [s.key for s in engine.running] == ["b"]
+    while engine.running:
+        engine.step()
+    assert b.text.ids == alone
+
+
+def test_text_stream_pieces_add_up_and_stop_strings_cut():
+    vocab = {0: "Hel", 1: "lo", 2: " wor", 3: "ld", 4: "\n\n", 5: "Next"}
+    stream = TextStream(lambda ids: "".join(vocab[i] for i in ids), stop=("\n\n",))
+    pieces = []
+    for token in (0, 1, 2, 3, 4, 5):
+        stream.add(token)
+        pieces.append(stream.take(final=stream.stopped))
+        if stream.stopped:
+            break
+    assert "".join(pieces) == "Hello world" == stream.text
+
+
+def test_text_stream_holds_back_an_incomplete_character():
+    stream = TextStream(lambda ids: "ab\ufffd" if ids == [0] else "abé")
+    stream.add(0)
+    assert stream.take(final=False) == "ab"
+    stream.add(1)
+    assert stream.take(final=True) == "é"
+
+
+LIMITS = Limits(max_prompt_tokens=8, max_new_tokens=32, default_max_new_tokens=16)
+
+
+def encode_words(text):
+    return list(range(len(text.split())))
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"prompt": ""}, '"prompt"'),
+    ({"prompt": 5}, '"prompt"'),
+    ({"prompt": "a", "max_new_tokens": 0}, '"max_new_tokens"'),
+    ({"prompt": "a", "max_new_tokens": 33}, '"max_new_tokens"'),
+    ({"prompt": "a", "max_new_tokens": True}, '"max_new_tokens"'),
+    ({"prompt": "a", "temperature": -1}, '"temperature"'),
+    ({"prompt": "a", "temperature": "hot"}, '"temperature"'),
+    ({"prompt": "a", "top_p": 0}, '"top_p"'),
+    ({"prompt": "a", "top_k": -3}, '"top_k"'),
+    ({"prompt": "a", "seed": -1}, '"seed"'),
+    ({"prompt": "a", "stop": [""]}, '"stop"'),
+    ({"prompt": "a", "stop": ["x"] * 5}, '"stop"'),
+    ({"prompt": "a", "stream": "yes"}, '"stream"'),
+    ({"prompt": "a", "max_tokens": 5}, '"max_tokens"'),
+    (["a"], "JSON object"),
+])
+def test_bad_parameters_name_the_field(body, field):
+    with pytest.raises(BadInput) as caught:
+        parse_request(body, encode_words, LIMITS)
+    assert caught.value.status == 400 and field in caught.value.message
+
+
+def test_a_prompt_over_the_limit_is_413():
+    with pytest.raises(PayloadTooLarge):
+        parse_request({"prompt": "a " * 9}, encode_words, LIMITS)
+
+
+# ---- the shipped, trained example through the handler ------------------------------------------
+@pytest.fixture(scope="module")
+def tinylm(archive_dirs):
+    return make_handler(archive_dirs["tinylm"], "tinylm", batch_size=4)
+
+
+def test_trained_model_greedy_with_cache_equals_recompute(tinylm):
+    handler, _ = tinylm
+    engine, family = handler.generation.engine, handler.family
+    for prompt in PROMPTS[:3]:
+        request = family.decode({"prompt": prompt, "max_new_tokens": 48}, "")
+        assert engine.generate([("k", request)])["k"].text.ids == engine.generate_without_cache(request).text.ids
+
+
+def test_sampling_with_a_seed_repeats_whatever_shares_the_batch(tinylm):
+    handler, _ = tinylm
+    engine, family = handler.generation.engine, handler.family
+    sampled = family.decode({"prompt": PROMPTS[0], "temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 11}, "")
+    alone = engine.generate([("s", sampled)])["s"].text.text
+    other = family.decode({"prompt": PROMPTS[1]}, "")
+    assert engine.generate([("o", other), ("s", sampled)])["s"].text.text == alone
+
+
+def call(handler, context, batch):
+    """One TorchServe call: `batch` is [(request id, body or None for a running request)]."""
+    context.request_ids = {idx: rid for idx, (rid, _) in enumerate(batch)}
+    context.statuses.clear()
+    data = [{} if body is None else {"body": json.dumps(body).encode()} for _, body in batch]
+    answers = handler.handle(data, context)
+    more = [c(None) for c in context.stopping_criteria]
+    return answers, more
+
+
+def run_continuous(handler, context, arrivals):
+    """Drive the continuous-batching loop like the frontend: `arrivals` {call number: [(rid, body)]}.
+    Returns {rid: [answers]} and {rid: [more flags]}."""
+    running, answers, flags, step = [], {}, {}, 0
+    while running or any(k >= step for k in arrivals):
+        batch = [(rid, None) for rid in running] + arrivals.get(step, [])
+        step += 1
+        if not batch:
+            continue
+        out, more = call(handler, context, batch)
+        running = []
+        for (rid, _), answer, flag in zip(batch, out, more):
+            answers.setdefault(rid, []).append(answer)
+            flags.setdefault(rid, []).append(flag)
+            if flag is False:
+                running.append(rid)
+    return answers, flags
+
+
+def test_continuous_batching_answers_equal_the_requests_alone_and_streamed_equals_whole(tinylm):
+    handler, context = tinylm
+    bodies = {f"r{i}": {"prompt": p, "max_new_tokens": 20 + 3 * i} for i, p in enumerate(PROMPTS[:4])}
+    alone = {}
+    for rid, body in bodies.items():
+        answers, flags = run_continuous(handler, context, {0: [(rid, body)]})
+        alone[rid] = json.loads(answers[rid][-1])
+        assert flags[rid][-1] is True and all(f is False for f in flags[rid][:-1])
+        assert all(a == b"" for a in answers[rid][:-1])  # a whole answer: empty chunks until it is done
+    staggered = {0: [("r0", bodies["r0"])], 3: [("r1", bodies["r1"]), ("r2", bodies["r2"])], 7: [("r3", bodies["r3"])]}
+    answers, _ = run_continuous(handler, context, staggered)
+    assert {rid: json.loads(a[-1]) for rid, a in answers.items()} == alone
+    streamed, _ = run_continuous(handler, context, {0: [("s", {**bodies["r2"], "stream": True})]})
+    lines = [json.loads(line) for chunk in streamed["s"] for line in chunk.decode().splitlines()]
+    assert "".join(line["text"] for line in lines) == alone["r2"]["text"]
+    assert lines[-1]["finish_reason"] == alone["r2"]["finish_reason"]
+    assert handler.generation.engine.running == [] and handler.generation.live == {}
+
+
+def test_bad_request_in_a_running_batch_gets_400_and_the_others_go_on(tinylm):
+    handler, context = tinylm
+    out, more = call(handler, context, [("good", {"prompt": PROMPTS[0], "max_new_tokens": 5}),
+                                        ("bad", {"prompt": PROMPTS[0], "temperature": -2})])
+    assert context.statuses[1][0] == 400 and "temperature" in json.loads(out[1])["message"]
+    assert more == [False, None]  # the 400 goes out whole, at once; the good one runs on
+    answers, _ = run_continuous(handler, context, {0: [("good", None)]})
+    assert json.loads(answers["good"][-1])["generated_tokens"] == 5
+
+
+def test_a_request_the_frontend_stops_sending_is_released(tinylm):
+    handler, context = tinylm
+    call(handler, context, [("leaver", {"prompt": PROMPTS[1], "max_new_tokens": 200, "stream": True}),
+                            ("stayer", {"prompt": PROMPTS[2], "max_new_tokens": 3})])
+    assert context.metrics.last("GenerationRunningSequences") == 2
+    call(handler, context, [("stayer", None)])  # the leaver's client disconnected
+    assert "leaver" not in handler.generation.live
+    assert context.metrics.last("GenerationRunningSequences") == 1
+    assert context.metrics.last("GenerationReleasedOnDisconnect") == 1
+    run_continuous(handler, context, {0: [("stayer", None)]})
+    assert context.metrics.last("GenerationRunningSequences") == 0
+
+
+def test_a_second_continuous_batching_worker_is_refused(archive_dirs, monkeypatch):
+    from handlers import runtime
+    from handlers.errors import ConfigError
+
+    monkeypatch.setattr(runtime, "sibling_worker_count", lambda: 2)
+    with pytest.raises(ConfigError, match="one worker"):
+        make_handler(archive_dirs["tinylm"], "tinylm")
+
+
+def test_a_fault_in_the_model_ends_every_sequence_with_500_and_the_worker_serves_on(tinylm, monkeypatch):
+    handler, context = tinylm
+    engine = handler.generation.engine
+    call(handler, context, [("a", {"prompt": PROMPTS[0], "max_new_tokens": 50, "stream": True})])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated kernel failure")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "_forward", broken)
+        out, more = call(handler, context, [("a", None), ("b", {"prompt": PROMPTS[1]})])
+    assert [context.statuses[i][0] for i in (0, 1)] == [500, 500]
+    assert more == [True, None]  # a's stream ends with the error; b's 500 goes out whole
+    assert engine.running == [] and engine.kv is None and handler.generation.live == {}
+    answers, _ = run_continuous(handler, context, {0: [("c", {"prompt": PROMPTS[2], "max_new_tokens": 4})]})
+    assert json.loads(answers["c"][-1])["generated_tokens"] == 4
