@@ -74,7 +74,8 @@ class CausalLM(Family):
         if eos is None:
             raise ConfigError(f"causal_lm.eos_token: {settings.eos_token!r} is not in {settings.tokenizer}")
         self.eos_id = int(eos)
-        self.limits = Limits(settings.max_prompt_tokens, settings.max_new_tokens, settings.default_max_new_tokens)
+        self.limits = Limits(settings.max_prompt_tokens, settings.max_new_tokens, settings.default_max_new_tokens,
+                             max_prompt_chars=settings.max_body_bytes)
 
     def encode(self, text: str) -> List[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -28,6 +28,7 @@ class Limits:
     max_prompt_tokens: int
     max_new_tokens: int
     default_max_new_tokens: int
+    max_prompt_chars: int = 64 * 1024  # checked before tokenising (a JSON body arrives already decoded)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ def parse_request(body: Any, encode, limits: Limits) -> GenerationRequest:
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt:
         raise BadInput(f'"prompt" must be a non-empty string, got {prompt!r}'[:200])
+    if len(prompt) > limits.max_prompt_chars:
+        raise PayloadTooLarge(f'"prompt" is {len(prompt)} characters, over this model\'s limit of '
+                              f'{limits.max_prompt_chars}')
     ids = tuple(encode(prompt))
     if not ids:
         raise BadInput('"prompt" encodes to no tokens')

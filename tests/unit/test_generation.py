@@ -126,8 +126,16 @@ def test_bad_parameters_name_the_field(body, field):
 
 
 def test_a_prompt_over_the_limit_is_413():
-    with pytest.raises(PayloadTooLarge):
+    with pytest.raises(PayloadTooLarge, match="tokens"):
         parse_request({"prompt": "a " * 9}, encode_words, LIMITS)
+
+
+def test_a_huge_prompt_is_refused_before_it_is_tokenised():
+    def never(text):
+        raise AssertionError("tokenised")
+
+    with pytest.raises(PayloadTooLarge, match="characters"):
+        parse_request({"prompt": "x" * 70_000}, never, LIMITS)
 
 
 # ---- the shipped, trained example through the handler ------------------------------------------
