@@ -275,9 +275,10 @@ def generation_service(handler: Handler, continuous: bool):
     from handlers.generation.engine import Engine
     from handlers.generation.serving import GenerationService
 
-    lm = handler.model.lm
+    lm, settings = handler.model.lm, handler.family.settings
     engine = Engine(lm, handler.family.decode_text, handler.family.eos_id, handler.family.check_model(lm),
-                    handler.autocast_dtype)
+                    handler.autocast_dtype, lookup=settings.speculation == "lookup",
+                    speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens)
     return GenerationService(engine, handler.model_name, continuous, handler.decode_each, handler.reject,
                              warm_request=handler.family.example_request())
 

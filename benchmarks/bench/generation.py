@@ -69,12 +69,45 @@ def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
             engine.generate(requests)
             batch[str(size)] = round(size * new_tokens / (time.perf_counter() - started), 1)
         threads = handler.threads
+        speculation = lookup_speedups(engine, family, new_tokens, repeats)
     kv, recompute = statistics.median(rates["kv_cache"]), statistics.median(rates["recompute"])
     return {"new_tokens": new_tokens, "threads": threads, "repeats": repeats,
             "kv_cache_tokens_per_s": [round(x, 1) for x in rates["kv_cache"]],
             "recompute_tokens_per_s": [round(x, 1) for x in rates["recompute"]],
             "speedup": round(kv / recompute, 2), "speedup_min": round(min(rates["kv_cache"]) / max(rates["recompute"]), 2),
-            "same_tokens": same, "batched_tokens_per_s": batch}
+            "same_tokens": same, "batched_tokens_per_s": batch, "speculation": speculation}
+
+
+def lookup_speedups(engine, family, new_tokens: int, repeats: int) -> dict:
+    """Prompt-lookup speculation vs none, one greedy sequence: a prompt that repeats its context
+    (a reference paragraph, then "again" and its start) and a plain one."""
+    from pydoc_data.topics import topics
+
+    from handlers.generation.engine import Engine
+
+    speculative = Engine(engine.lm, engine.decode, engine.eos_id, engine.max_positions, engine.autocast_dtype,
+                         lookup=True)
+    paragraph = topics["if"][:600]
+    prompts = {"repeats its context": paragraph + "\n\nAgain:\n\n" + paragraph[:80], "plain": PROMPTS[0]}
+    out = {}
+    for label, prompt in prompts.items():
+        request = family.decode({"prompt": prompt, "max_new_tokens": new_tokens, "ignore_eos": True}, "")
+        rates: Dict[str, List[float]] = {"off": [], "lookup": []}
+        for _ in range(repeats):
+            for name, eng in (("off", engine), ("lookup", speculative)):
+                started = time.perf_counter()
+                seq = eng.generate([("s", request)])["s"]
+                rates[name].append(new_tokens / (time.perf_counter() - started))
+                if name == "off":
+                    reference = seq.generated_ids
+        same = seq.generated_ids == reference
+        out[label] = {"prompt_tokens": len(request.prompt_ids), "off_tokens_per_s": [round(x, 1) for x in rates["off"]],
+                      "lookup_tokens_per_s": [round(x, 1) for x in rates["lookup"]],
+                      "speedup": round(statistics.median(rates["lookup"]) / statistics.median(rates["off"]), 2),
+                      "acceptance": round(seq.draft.accepted / max(1, seq.draft.proposed), 2), "same_tokens": same}
+        log(f"speculation ({label}): lookup {out[label]['speedup']}x, acceptance {out[label]['acceptance']}, "
+            f"same tokens {same}")
+    return out
 
 
 # ---- served --------------------------------------------------------------------------------------
@@ -122,6 +155,27 @@ def ttft_figures(results: List[GenerationResult]) -> dict:
             "p99_ms": round(percentile(values, 99), 2), "max_ms": round(values[-1], 2), "values_ms": [round(v, 2) for v in values]}
 
 
+def ttft_experiment(server: TorchServe, model: str, args) -> dict:
+    """Short requests on the idle server and with clients-1 long generations running, in alternating
+    blocks (so a slow spell of a shared machine falls on both), --probes of each in all."""
+    blocks = 4
+    idle, busy, background = [], [], 0
+    # Not streamed: the server runs them the same, and 7 client threads parsing ~900 chunks/s
+    # would compete with the probe for this process's interpreter and skew its timing.
+    long_body = {"prompt": PROMPTS[1], "max_new_tokens": args.long_tokens, "ignore_eos": True}
+    for block in range(blocks):
+        log(f"  time to first token, block {block + 1}/{blocks}: idle, then {args.clients - 1} long generations running")
+        idle.extend(probes(server, model, args.probes // blocks))
+        with Generators(server.client, model, args.clients - 1, lambda c, i: long_body, stream=False) as load:
+            time.sleep(1.0)  # the long ones are all in the batch
+            busy.extend(probes(server, model, args.probes // blocks))
+            background += len(load.stop())
+    out = {"ttft_idle": ttft_figures(idle), "ttft_busy": ttft_figures(busy)}
+    out["ttft_busy"]["background_requests"] = background
+    log(f"  TTFT p99 idle {out['ttft_idle']['p99_ms']} ms, busy {out['ttft_busy']['p99_ms']} ms")
+    return out
+
+
 def served(model: str, args) -> dict:
     out = {}
     for label, batch in (("batch_size_1", 1), ("continuous", args.clients)):
@@ -133,17 +187,7 @@ def served(model: str, args) -> dict:
             log(f"  {args.clients} clients x {args.rounds} x {args.new_tokens} tokens: "
                 f"{out[label]['tokens_per_s']} tokens/s")
             if batch == args.clients:
-                log(f"  time to first token, idle: {args.probes} short requests")
-                idle = probes(server, model, args.probes)
-                log(f"  time to first token with {args.clients - 1} long generations running")
-                long_body = {"prompt": PROMPTS[1], "max_new_tokens": args.long_tokens, "ignore_eos": True}
-                with Generators(server.client, model, args.clients - 1, lambda c, i: long_body) as busy_load:
-                    time.sleep(1.0)  # the long ones are all in the batch
-                    busy = probes(server, model, args.probes)
-                    background = busy_load.stop()
-                out["ttft_idle"], out["ttft_busy"] = ttft_figures(idle), ttft_figures(busy)
-                out["ttft_busy"]["background_requests"] = len(background)
-                log(f"  TTFT p99 idle {out['ttft_idle']['p99_ms']} ms, busy {out['ttft_busy']['p99_ms']} ms")
+                out.update(ttft_experiment(server, model, args))
     out["continuous_over_batch_1"] = round(out["continuous"]["tokens_per_s"] / out["batch_size_1"]["tokens_per_s"], 2)
     out["ttft_busy_over_idle_p99"] = round(out["ttft_busy"]["p99_ms"] / out["ttft_idle"]["p99_ms"], 2)
     return out
@@ -168,6 +212,14 @@ def markdown(report: dict) -> str:
         "",
         f"Speed-up (medians): **{ip['speedup']}x** (slowest KV repeat over fastest recompute: {ip['speedup_min']}x). "
         f"Batched in-process: {ip['batched_tokens_per_s']} tokens/s at 1 / 8 sequences.",
+        "",
+        "## In-process: speculative decoding by prompt lookup (greedy, one sequence)",
+        "",
+        "| prompt | prompt tokens | off tokens/s | lookup tokens/s | speed-up (medians) | draft acceptance | same tokens |",
+        "|---|---|---|---|---|---|---|",
+        *[f"| {k} | {v['prompt_tokens']} | {', '.join(map(str, v['off_tokens_per_s']))} | "
+          f"{', '.join(map(str, v['lookup_tokens_per_s']))} | {v['speedup']}x | {v['acceptance']} | {v['same_tokens']} |"
+          for k, v in ip["speculation"].items()],
         "",
         "## Served: continuous batching vs batchSize 1 (same archive, same handler)",
         "",
@@ -230,10 +282,11 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients (= the batch's sequences)")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens per request in the throughput runs")
     parser.add_argument("--rounds", type=int, default=6, help="requests per client in the throughput runs")
-    parser.add_argument("--probes", type=int, default=60, help="short requests per TTFT distribution")
+    parser.add_argument("--probes", type=int, default=400,
+                        help="short requests per TTFT distribution (400: p99 is not one stray pause)")
     parser.add_argument("--long-tokens", type=int, default=256, help="tokens of the background generations")
     parser.add_argument("--inprocess-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="in-process repeats of each path")
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
     when = time.strftime("%Y%m%d-%H%M%S")

@@ -83,6 +83,7 @@ class Generators:
     model: str
     clients: int
     body_for: Callable[[int, int], Mapping]
+    stream: bool = True
     results: List[GenerationResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -93,7 +94,7 @@ class Generators:
     def _loop(self, client_index: int) -> None:
         i = 0
         while not self._stop.is_set():
-            result = generate(self.client, self.model, self.body_for(client_index, i))
+            result = generate(self.client, self.model, self.body_for(client_index, i), stream=self.stream)
             with self._lock:
                 self.results.append(result)
             i += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Literal, Sequence, Tuple
 
 import torch
 
@@ -30,6 +30,9 @@ class CausalLMSettings:
     default_max_new_tokens: int = 64  # what a request gets when it does not say
     eos_token: str = "<|endoftext|>"  # ends a sequence when generated
     max_body_bytes: int = 64 * 1024
+    speculation: Literal["off", "lookup"] = "off"  # lookup: prompt-lookup drafts, verified (greedy only)
+    speculate_max_batch: int = 2  # speculate only while the batch holds at most this many sequences
+    max_draft_tokens: int = 8
 
     def __post_init__(self):
         if self.max_prompt_tokens < 1 or self.max_new_tokens < 1:
@@ -39,6 +42,8 @@ class CausalLMSettings:
                               f"got {self.default_max_new_tokens}")
         if self.max_body_bytes < 1:
             raise ConfigError(f"causal_lm.max_body_bytes: must be >= 1, got {self.max_body_bytes}")
+        if self.speculate_max_batch < 1 or not 1 <= self.max_draft_tokens <= 32:
+            raise ConfigError("causal_lm.speculate_max_batch must be >= 1 and causal_lm.max_draft_tokens 1..32")
 
 
 class LastTokenLogits(torch.nn.Module):

@@ -18,6 +18,7 @@ from handlers import runtime
 from handlers.generation.kv_batch import KVBatch
 from handlers.generation.params import GenerationRequest
 from handlers.generation.sampling import new_generator, next_tokens
+from handlers.generation.speculation import DraftLength, lookup_draft
 from handlers.generation.text import TextStream
 
 
@@ -31,6 +32,9 @@ class Generation:
     generator: Optional[torch.Generator]
     pending: int = -1  # the last token chosen, fed to the model at the next step
     generated: int = 0
+    generated_ids: List[int] = field(default_factory=list)
+    added: int = 0  # tokens the last step (or the prefill) gave it
+    draft: DraftLength = field(default_factory=DraftLength)
     finish: Optional[str] = None  # "stop" (end of text or a stop string) | "length"
     admitted_at: float = field(default_factory=time.perf_counter)
     token_times: List[float] = field(default_factory=list)
@@ -46,8 +50,14 @@ class Generation:
 
 class Engine:
     def __init__(self, lm: torch.nn.Module, decode: Callable[[Sequence[int]], str], eos_id: int,
-                 max_positions: int, autocast_dtype: Optional[torch.dtype] = None) -> None:
+                 max_positions: int, autocast_dtype: Optional[torch.dtype] = None, lookup: bool = False,
+                 speculate_max_batch: int = 2, max_draft_tokens: int = 8) -> None:
+        """`lookup`: prompt-lookup speculation (speculation.py) for greedy sequences, while the batch
+        holds at most `speculate_max_batch` of them."""
         self.lm = lm
+        self.lookup = lookup
+        self.speculate_max_batch = speculate_max_batch
+        self.max_draft_tokens = max_draft_tokens
         self.decode = decode
         self.eos_id = eos_id
         self.max_positions = max_positions
@@ -86,12 +96,47 @@ class Engine:
         """One token for every running sequence; returns them (finished ones have left the batch)."""
         if not self.running:
             return []
+        if self.lookup and len(self.running) <= self.speculate_max_batch and all(s.request.greedy for s in self.running):
+            drafts = [lookup_draft([*s.request.prompt_ids, *s.generated_ids], min(s.draft.current, self.max_draft_tokens))
+                      for s in self.running]
+            if any(drafts):
+                return self._verify(drafts)
         advanced = list(self.running)
         ids = torch.tensor([[seq.pending] for seq in advanced], dtype=torch.long)
         mask = torch.cat([self.kv.mask, torch.ones((len(advanced), 1), dtype=torch.long)], dim=1)
         logits, layers = self._forward(ids, mask, self.kv.positions(), self.kv)
         self.kv = self.kv.extended(layers)
         self._choose(advanced, logits)
+        self._keep([seq for seq in advanced if not seq.done])
+        return advanced
+
+    def _verify(self, drafts: List[List[int]]) -> List[Generation]:
+        """One forward pass over each sequence's next input and its draft; each keeps the drafted
+        tokens the model agrees with and the model's own next one. Rejected positions are masked out
+        of the cache (their columns stay, as padding the attention skips)."""
+        advanced = list(self.running)
+        width = max(len(d) for d in drafts)
+        # Short drafts are filled with end-of-text: a filler is kept only where it is the model's own choice.
+        inputs = [[seq.pending, *d, *[self.eos_id] * (width - len(d))] for seq, d in zip(advanced, drafts)]
+        start = self.kv.mask.shape[1]
+        mask = torch.cat([self.kv.mask, torch.ones((len(advanced), width + 1), dtype=torch.long)], dim=1)
+        positions = self.kv.positions() + torch.arange(width + 1)
+        logits, layers = self._forward(torch.tensor(inputs), mask, positions, self.kv, keep=width + 1)
+        choices = logits.argmax(dim=-1).tolist()
+        now = time.perf_counter()
+        for row, seq in enumerate(advanced):
+            drafted = inputs[row][1:]
+            agreed = 0
+            while agreed < width and drafted[agreed] == choices[row][agreed]:
+                agreed += 1
+            seq.added = 0
+            for token in [*drafted[:agreed], choices[row][agreed]]:
+                self._accept(seq, token, now)
+                if seq.done:
+                    break
+            seq.draft.update(len(drafts[row]), min(agreed, len(drafts[row])))
+            mask[row, start + agreed + 1:] = 0  # inputs after the last agreed one are not context
+        self.kv = KVBatch(list(layers), mask)
         self._keep([seq for seq in advanced if not seq.done])
         return advanced
 
@@ -119,10 +164,13 @@ class Engine:
         tokens = next_tokens(logits, [s.request for s in sequences], [s.generator for s in sequences])
         now = time.perf_counter()
         for seq, token in zip(sequences, tokens):
+            seq.added = 0
             self._accept(seq, token, now)
 
     def _accept(self, seq: Generation, token: int, now: float) -> None:
         seq.generated += 1
+        seq.added += 1
+        seq.generated_ids.append(token)
         seq.token_times.append(now)
         seq.pending = token
         if token == self.eos_id and not seq.request.ignore_eos:
@@ -136,16 +184,18 @@ class Engine:
 
     # ---- the model -----------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 kv: Optional[KVBatch]) -> Tuple[torch.Tensor, list]:
+                 kv: Optional[KVBatch], keep: int = 1) -> Tuple[torch.Tensor, list]:
+        """The logits of the last `keep` positions ((rows, vocab) when keep is 1) and the layers' K/V."""
         from transformers import DynamicCache
 
         config = self.lm.config
         cache = DynamicCache(ddp_cache_data=kv.layers, config=config) if kv is not None else DynamicCache(config=config)
         with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):
             out = self.lm(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                          use_cache=True, logits_to_keep=1)
+                          use_cache=True, logits_to_keep=keep)
         layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-        return out.logits[:, -1, :].float(), layers
+        logits = out.logits.float()
+        return (logits[:, -1, :] if keep == 1 else logits[:, -keep:, :]), layers
 
     # ---- whole generations (static batches, benchmarks, tests) ---------------------------
     def generate(self, requests: Sequence[Tuple[str, GenerationRequest]],

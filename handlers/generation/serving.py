@@ -208,9 +208,10 @@ class _CallStats:
             self.ttft_ms.append((seq.token_times[0] - seq.admitted_at) * 1000.0)
 
     def advanced(self, sequences: Sequence[Generation]) -> None:
-        for seq in sequences:
-            self.tokens += 1
-            self.gaps_ms.append((seq.token_times[-1] - seq.token_times[-2]) * 1000.0)
+        for seq in sequences:  # a speculative step can give a sequence several tokens at once
+            self.tokens += seq.added
+            gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
+            self.gaps_ms.extend([gap / seq.added] * seq.added)
 
     def emit(self, context, engine: Engine) -> None:
         metrics = getattr(context, "metrics", None)

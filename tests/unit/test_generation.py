@@ -257,3 +257,57 @@ def test_a_fault_in_the_model_ends_every_sequence_with_500_and_the_worker_serves
     assert engine.running == [] and engine.kv is None and handler.generation.live == {}
     answers, _ = run_continuous(handler, context, {0: [("c", {"prompt": PROMPTS[2], "max_new_tokens": 4})]})
     assert json.loads(answers["c"][-1])["generated_tokens"] == 4
+
+
+# ---- speculative decoding by prompt lookup (issue 17, first part) ------------------------------
+def test_lookup_draft_takes_what_followed_the_last_ngram():
+    from handlers.generation.speculation import lookup_draft
+
+    assert lookup_draft([1, 2, 3, 9, 9, 1, 2, 3], 3) == [9, 9, 1]
+    assert lookup_draft([5, 6, 7, 5], 2) == [6, 7]  # only a 1-gram recurs
+    assert lookup_draft([1, 2, 3], 4) == []
+
+
+def lookup_twin(engine: Engine) -> Engine:
+    return Engine(engine.lm, engine.decode, engine.eos_id, engine.max_positions, lookup=True)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_greedy_with_lookup_equals_without_on_random_weights(seed):
+    engine = random_engine(seed)
+    g = torch.Generator().manual_seed(seed)
+    for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], torch.randint(0, 200, (12,), generator=g).tolist(), [4] * 6):
+        plain = engine.generate([("p", ids_request(prompt, 40))])["p"]
+        spec = lookup_twin(engine).generate([("p", ids_request(prompt, 40))])["p"]
+        assert spec.generated_ids == plain.generated_ids
+        assert spec.draft.proposed > 0  # the drafts were tried, not skipped
+
+
+def test_lookup_with_two_sequences_joining_each_other_equals_them_alone():
+    engine = random_engine(6)
+    speculative = lookup_twin(engine)
+    prompts = [[7, 8, 9, 7, 8, 9, 7], [3, 1, 4, 1, 5, 9, 2, 6]]
+    alone = [engine.generate([("x", ids_request(p, 30))])["x"].generated_ids for p in prompts]
+    first, second = (speculative.new_sequence(str(i), ids_request(p, 30)) for i, p in enumerate(prompts))
+    speculative.admit([first])
+    for _ in range(3):
+        speculative.step()
+    speculative.admit([second])
+    while speculative.running:
+        speculative.step()
+    assert [first.generated_ids, second.generated_ids] == alone
+
+
+def test_trained_model_lookup_accepts_drafts_on_a_repeated_paragraph_and_changes_nothing(tinylm):
+    from pydoc_data.topics import topics
+
+    handler, _ = tinylm
+    engine, family = handler.generation.engine, handler.family
+    paragraph = topics["if"][:400]
+    accepted = []
+    for prompt in (paragraph + "\n\nAgain:\n\n" + paragraph[:60], PROMPTS[0]):
+        request = family.decode({"prompt": prompt, "max_new_tokens": 64, "ignore_eos": True}, "")
+        spec = lookup_twin(engine).generate([("s", request)])["s"]
+        assert spec.generated_ids == engine.generate([("s", request)])["s"].generated_ids
+        accepted.append(spec.draft.accepted)
+    assert accepted[0] >= 16  # the repeated paragraph is copied in drafts
