@@ -85,7 +85,7 @@ def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores:
         progress(f"[{i}/{len(space)}] batchSize {settings.batch_size}: {result.tokens_per_s:.0f} tokens/s, "
                  f"TTFT p99 {result.ttft_p99_ms:.0f} ms")
     chosen = choose(results, slo_ms)
-    report = {"model": model, "slo_ms": slo_ms, "command": command, "candidates": [r.to_json() for r in results],
+    report = {"model": model, "slo_ms": slo_ms, "command": portable(command), "candidates": [r.to_json() for r in results],
               "chosen": chosen.to_json() if chosen else None, "written": False, "verified": None}
     if chosen is None:
         progress("no candidate meets the SLO: config.properties left alone")
@@ -106,6 +106,20 @@ def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores:
     if chosen is None:
         raise TuneError(f"{model}: no candidate has TTFT p99 <= {slo_ms:g} ms (see {shown(folder)})")
     return 0
+
+
+def portable(command: str) -> str:
+    """The command with no path of this machine in it (a committed report is read elsewhere):
+    repository paths relative, others as <outside the repository>/<name>."""
+    import shlex
+
+    words = []
+    for word in shlex.split(command):
+        if word.startswith("/"):
+            where = shown(word)
+            word = where if not where.startswith("/") else f"<outside the repository>/{Path(word).name}"
+        words.append(word)
+    return shlex.join(words)
 
 
 def markdown(report: dict) -> str:
