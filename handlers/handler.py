@@ -149,7 +149,10 @@ class Handler:
             return None
         if self.generation is not None:
             with region(self.profiler, "generation_step"):
-                return self.generation.handle(data, context)
+                answers = self.generation.handle(data, context)
+            if self.profiler is not None:
+                self.profiler.step()  # one decoding step (continuous batching) or one whole batch
+            return answers
         clock = StageClock()
         results: List[Optional[bytes]] = [None] * len(data)
         # Per accepted request: (its index, its envelope or None, where its items start, how many).

@@ -311,3 +311,11 @@ def test_trained_model_lookup_accepts_drafts_on_a_repeated_paragraph_and_changes
         assert spec.generated_ids == engine.generate([("s", request)])["s"].generated_ids
         accepted.append(spec.draft.accepted)
     assert accepted[0] >= 16  # the repeated paragraph is copied in drafts
+
+
+def test_profiler_traces_generation_steps(archive_dirs, monkeypatch, tmp_path):
+    monkeypatch.setenv("ENABLE_TORCH_PROFILER", "true")
+    handler, context = make_handler(archive_dirs["tinylm"], "tinylm", profiler={"trace_dir": str(tmp_path)})
+    run_continuous(handler, context, {0: [("p", {"prompt": PROMPTS[0], "max_new_tokens": 8})]})
+    traces = list((tmp_path / "tinylm").glob("trace-*.json"))
+    assert traces and "generation_step" in traces[0].read_text()
