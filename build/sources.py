@@ -185,13 +185,17 @@ class HuggingFaceFolder:
     source: Optional[FileSource]
     trainer: Optional[str] = None
     auto: str = "AutoModel"
+    also: Tuple[str, ...] = ()  # more files of the folder packed beside the handler (a draft model, say)
 
     @classmethod
     def parse(cls, where: str, raw: Mapping[str, Any], auto: str) -> "HuggingFaceFolder":
+        also = raw.get("also", [])
+        if not isinstance(also, list) or not all(isinstance(name, str) and "/" not in name for name in also):
+            raise CatalogueError(f"{where}.also: expected a list of file names of the folder, got {also!r}")
         if "train" in raw:
-            only_keys(where, raw, ("train",))
-            return cls(None, str(raw["train"]), auto)
-        return cls(FileSource.parse(where, raw), None, auto)
+            only_keys(where, raw, ("train", "also"))
+            return cls(None, str(raw["train"]), auto, tuple(also))
+        return cls(FileSource.parse(where, {k: v for k, v in raw.items() if k != "also"}), None, auto, tuple(also))
 
     def folder(self, root: Path, where: str = "model.huggingface") -> Path:
         if self.trainer is not None:
@@ -220,6 +224,10 @@ class HuggingFaceFolder:
                 shutil.copy2(folder / name, content / HF_FOLDER / name)
         if (folder / "tokenizer.json").is_file() and not (content / "tokenizer.json").exists():
             shutil.copy2(folder / "tokenizer.json", content / "tokenizer.json")
+        for name in self.also:
+            if not (folder / name).is_file():
+                raise CatalogueError(f"model.huggingface.also: {name!r} is not in {folder}")
+            shutil.copy2(folder / name, content / name)
 
     def input_files(self, root: Path) -> List[Path]:
         if self.trainer is not None:  # the script and its folder decide the trained folder

@@ -95,7 +95,7 @@ class Handler:
                 raise ConfigError(f"{self.model_name}: continuous batching runs on one worker per model in "
                                   f"TorchServe 0.12 ({workers} started): set minWorkers=maxWorkers=1 and raise "
                                   "batchSize (sequences per step) instead")
-            self.generation = generation_service(self, continuous)
+            self.generation = generation_service(self, model_dir, continuous)
         if rt.warmup:
             warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
             runtime.warm_up(warm, self.max_batch_size)
@@ -273,17 +273,24 @@ class Handler:
         return _json_answer(context, idx, answer)
 
 
-def generation_service(handler: Handler, continuous: bool):
+def generation_service(handler: Handler, model_dir: Path, continuous: bool):
     """A generative family's engine and service over the handler's model (imported only for them)."""
+    from handlers.generation.drafting import load_drafter
     from handlers.generation.engine import Engine
+    from handlers.generation.prefix_cache import PrefixCache
     from handlers.generation.serving import GenerationService
 
     lm, settings = handler.model.lm, handler.family.settings
+    cache = PrefixCache(int(settings.prefix_cache_mib * 2**20), settings.prefix_block_tokens) \
+        if settings.prefix_cache_mib > 0 else None
     engine = Engine(lm, handler.family.decode_text, handler.family.eos_id, handler.family.check_model(lm),
-                    handler.autocast_dtype, lookup=settings.speculation == "lookup",
-                    speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens)
+                    handler.autocast_dtype, drafter=load_drafter(settings.speculation, model_dir,
+                                                                 settings.draft_model),
+                    speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,
+                    prefix_cache=cache)
     return GenerationService(engine, handler.model_name, continuous, handler.decode_each, handler.reject,
-                             warm_request=handler.family.example_request())
+                             warm_request=handler.family.example_request(), max_running=settings.max_running,
+                             priority_of=lambda context, idx: kserve.header(_headers(context, idx), "x-priority"))
 
 
 def _fault(idx: int) -> ServerFault:

@@ -69,45 +69,15 @@ def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
             engine.generate(requests)
             batch[str(size)] = round(size * new_tokens / (time.perf_counter() - started), 1)
         threads = handler.threads
-        speculation = lookup_speedups(engine, family, new_tokens, repeats)
+        from benchmarks.bench.generation_further import inprocess_speculation
+
+        speculation = inprocess_speculation(handler, model_dir, new_tokens, repeats)
     kv, recompute = statistics.median(rates["kv_cache"]), statistics.median(rates["recompute"])
     return {"new_tokens": new_tokens, "threads": threads, "repeats": repeats,
             "kv_cache_tokens_per_s": [round(x, 1) for x in rates["kv_cache"]],
             "recompute_tokens_per_s": [round(x, 1) for x in rates["recompute"]],
             "speedup": round(kv / recompute, 2), "speedup_min": round(min(rates["kv_cache"]) / max(rates["recompute"]), 2),
             "same_tokens": same, "batched_tokens_per_s": batch, "speculation": speculation}
-
-
-def lookup_speedups(engine, family, new_tokens: int, repeats: int) -> dict:
-    """Prompt-lookup speculation vs none, one greedy sequence: a prompt that repeats its context
-    (a reference paragraph, then "again" and its start) and a plain one."""
-    from pydoc_data.topics import topics
-
-    from handlers.generation.engine import Engine
-
-    speculative = Engine(engine.lm, engine.decode, engine.eos_id, engine.max_positions, engine.autocast_dtype,
-                         lookup=True)
-    paragraph = topics["if"][:600]
-    prompts = {"repeats its context": paragraph + "\n\nAgain:\n\n" + paragraph[:80], "plain": PROMPTS[0]}
-    out = {}
-    for label, prompt in prompts.items():
-        request = family.decode({"prompt": prompt, "max_new_tokens": new_tokens, "ignore_eos": True}, "")
-        rates: Dict[str, List[float]] = {"off": [], "lookup": []}
-        for _ in range(repeats):
-            for name, eng in (("off", engine), ("lookup", speculative)):
-                started = time.perf_counter()
-                seq = eng.generate([("s", request)])["s"]
-                rates[name].append(new_tokens / (time.perf_counter() - started))
-                if name == "off":
-                    reference = seq.generated_ids
-        same = seq.generated_ids == reference
-        out[label] = {"prompt_tokens": len(request.prompt_ids), "off_tokens_per_s": [round(x, 1) for x in rates["off"]],
-                      "lookup_tokens_per_s": [round(x, 1) for x in rates["lookup"]],
-                      "speedup": round(statistics.median(rates["lookup"]) / statistics.median(rates["off"]), 2),
-                      "acceptance": round(seq.draft.accepted / max(1, seq.draft.proposed), 2), "same_tokens": same}
-        log(f"speculation ({label}): lookup {out[label]['speedup']}x, acceptance {out[label]['acceptance']}, "
-            f"same tokens {same}")
-    return out
 
 
 # ---- served --------------------------------------------------------------------------------------
@@ -193,6 +163,24 @@ def served(model: str, args) -> dict:
     return out
 
 
+def further_markdown(report: dict) -> List[str]:
+    from benchmarks.bench.generation_further import markdown as lines
+
+    return lines(report)
+
+
+def further_plots(report: dict, folder: Path) -> None:
+    from benchmarks.bench.generation_further import plots as draw
+
+    draw(report, folder)
+
+
+def served_further(model: str, args) -> dict:
+    from benchmarks.bench.generation_further import served as run
+
+    return run(model, args)
+
+
 # ---- report --------------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
     ip, sv = report["inprocess"], report["served"]
@@ -212,14 +200,6 @@ def markdown(report: dict) -> str:
         "",
         f"Speed-up (medians): **{ip['speedup']}x** (slowest KV repeat over fastest recompute: {ip['speedup_min']}x). "
         f"Batched in-process: {ip['batched_tokens_per_s']} tokens/s at 1 / 8 sequences.",
-        "",
-        "## In-process: speculative decoding by prompt lookup (greedy, one sequence)",
-        "",
-        "| prompt | prompt tokens | off tokens/s | lookup tokens/s | speed-up (medians) | draft acceptance | same tokens |",
-        "|---|---|---|---|---|---|---|",
-        *[f"| {k} | {v['prompt_tokens']} | {', '.join(map(str, v['off_tokens_per_s']))} | "
-          f"{', '.join(map(str, v['lookup_tokens_per_s']))} | {v['speedup']}x | {v['acceptance']} | {v['same_tokens']} |"
-          for k, v in ip["speculation"].items()],
         "",
         "## Served: continuous batching vs batchSize 1 (same archive, same handler)",
         "",
@@ -242,6 +222,7 @@ def markdown(report: dict) -> str:
         "![TTFT](ttft.png)",
         "![tokens/s](tokens.png)",
         "",
+        *further_markdown(report),
     ])
 
 
@@ -276,6 +257,12 @@ def plots(report: dict, folder: Path) -> None:
     plt.close(fig)
 
 
+def add_arguments(parser) -> None:
+    from benchmarks.bench.generation_further import add_arguments as add
+
+    add(parser)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.generation", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tinylm")
@@ -288,6 +275,7 @@ def main(argv=None) -> int:
     parser.add_argument("--inprocess-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5, help="in-process repeats of each path")
     parser.add_argument("--out", type=Path, default=REPORTS)
+    add_arguments(parser)
     args = parser.parse_args(argv)
     when = time.strftime("%Y%m%d-%H%M%S")
     log(f"in-process: KV cache vs recompute, {args.inprocess_tokens} tokens")
@@ -296,6 +284,7 @@ def main(argv=None) -> int:
               "inprocess": inprocess(args.model, args.inprocess_tokens, args.repeats)}
     try:
         report["served"] = served(args.model, args)
+        report["further"] = served_further(args.model, args)
     except BenchmarkError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -304,6 +293,7 @@ def main(argv=None) -> int:
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (folder / "report.md").write_text(markdown(report))
     plots(report, folder)
+    further_plots(report, folder)
     log(f"report: {shown(folder / 'report.md')}")
     print(markdown(report))
     return 0

@@ -40,12 +40,13 @@ class GenerationResult:
 
 
 def generate(client: Client, model: str, body: Mapping, stream: bool = True, timeout_s: float = 300.0,
-             stop_after_chunks: Optional[int] = None) -> GenerationResult:
+             stop_after_chunks: Optional[int] = None, headers: Optional[Mapping[str, str]] = None) -> GenerationResult:
     """One request; `stop_after_chunks`: hang up after that many chunks (a client that leaves)."""
     sent = time.perf_counter()
     times, raw = [], b""
     try:
-        with client.predict(model, {**body, "stream": stream}, timeout_s=timeout_s, stream=True) as resp:
+        with client.predict(model, {**body, "stream": stream}, timeout_s=timeout_s, stream=True,
+                            headers=headers) as resp:
             for chunk in resp.iter_content(chunk_size=None):
                 if chunk:
                     times.append(time.perf_counter())
@@ -84,6 +85,7 @@ class Generators:
     clients: int
     body_for: Callable[[int, int], Mapping]
     stream: bool = True
+    headers: Optional[Mapping[str, str]] = None
     results: List[GenerationResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -94,7 +96,8 @@ class Generators:
     def _loop(self, client_index: int) -> None:
         i = 0
         while not self._stop.is_set():
-            result = generate(self.client, self.model, self.body_for(client_index, i), stream=self.stream)
+            result = generate(self.client, self.model, self.body_for(client_index, i), stream=self.stream,
+                              headers=self.headers)
             with self._lock:
                 self.results.append(result)
             i += 1

@@ -82,14 +82,16 @@ class Client:
         token: str | None = None,
         timeout_s: float | None = None,
         stream: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> requests.Response:
         """POST raw bytes (never form encoding). Returns the response whatever its status.
 
         `token=""` sends no Authorization header; any other string is sent instead of the key.
         `stream=True`: the body is read as it arrives (iter_content), for streamed answers.
+        `headers`: more request headers (X-Priority, say).
         """
         data, ctype = encode_body(body, content_type)
-        headers = {"Content-Type": ctype}
+        headers = {**(headers or {}), "Content-Type": ctype}
         key = self.tokens.inference if token is None else token
         if key:
             headers.update(Tokens.header(key))

@@ -30,9 +30,13 @@ class CausalLMSettings:
     default_max_new_tokens: int = 64  # what a request gets when it does not say
     eos_token: str = "<|endoftext|>"  # ends a sequence when generated
     max_body_bytes: int = 64 * 1024
-    speculation: Literal["off", "lookup"] = "off"  # lookup: prompt-lookup drafts, verified (greedy only)
+    speculation: Literal["off", "lookup", "draft"] = "off"  # who drafts the tokens verified (greedy only)
+    draft_model: str = "draft.pt"  # speculation: draft -- a TorchScript file or a Hugging Face folder in the archive
     speculate_max_batch: int = 2  # speculate only while the batch holds at most this many sequences
     max_draft_tokens: int = 8
+    prefix_cache_mib: float = 0  # per worker; 0: no prefix cache
+    prefix_block_tokens: int = 32  # prefixes are cached and found at multiples of this many tokens
+    max_running: int = 0  # the most non-high-priority sequences advancing together (more wait); 0: no limit
 
     def __post_init__(self):
         if self.max_prompt_tokens < 1 or self.max_new_tokens < 1:
@@ -44,6 +48,9 @@ class CausalLMSettings:
             raise ConfigError(f"causal_lm.max_body_bytes: must be >= 1, got {self.max_body_bytes}")
         if self.speculate_max_batch < 1 or not 1 <= self.max_draft_tokens <= 32:
             raise ConfigError("causal_lm.speculate_max_batch must be >= 1 and causal_lm.max_draft_tokens 1..32")
+        if self.prefix_cache_mib < 0 or self.prefix_block_tokens < 1 or self.max_running < 0:
+            raise ConfigError("causal_lm.prefix_cache_mib and causal_lm.max_running must be >= 0, "
+                              "causal_lm.prefix_block_tokens >= 1")
 
 
 class LastTokenLogits(torch.nn.Module):

@@ -15,10 +15,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from handlers import runtime
+from handlers.generation.drafting import Drafter
 from handlers.generation.kv_batch import KVBatch
 from handlers.generation.params import GenerationRequest
+from handlers.generation.prefix_cache import PrefixCache
 from handlers.generation.sampling import new_generator, next_tokens
-from handlers.generation.speculation import DraftLength, lookup_draft
+from handlers.generation.speculation import DraftLength
 from handlers.generation.text import TextStream
 
 
@@ -36,6 +38,8 @@ class Generation:
     added: int = 0  # tokens the last step (or the prefill) gave it
     draft: DraftLength = field(default_factory=DraftLength)
     finish: Optional[str] = None  # "stop" (end of text or a stop string) | "length"
+    priority: int = 1  # 0 high, 1 normal, 2 low (serving.py schedules by it)
+    reused_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
     admitted_at: float = field(default_factory=time.perf_counter)
     token_times: List[float] = field(default_factory=list)
 
@@ -50,12 +54,14 @@ class Generation:
 
 class Engine:
     def __init__(self, lm: torch.nn.Module, decode: Callable[[Sequence[int]], str], eos_id: int,
-                 max_positions: int, autocast_dtype: Optional[torch.dtype] = None, lookup: bool = False,
-                 speculate_max_batch: int = 2, max_draft_tokens: int = 8) -> None:
-        """`lookup`: prompt-lookup speculation (speculation.py) for greedy sequences, while the batch
-        holds at most `speculate_max_batch` of them."""
+                 max_positions: int, autocast_dtype: Optional[torch.dtype] = None, drafter: Optional[Drafter] = None,
+                 speculate_max_batch: int = 2, max_draft_tokens: int = 8,
+                 prefix_cache: Optional[PrefixCache] = None) -> None:
+        """`drafter`: speculative decoding (drafting.py) for greedy sequences, while the batch holds
+        at most `speculate_max_batch` of them. `prefix_cache`: prompts reuse cached prefixes."""
         self.lm = lm
-        self.lookup = lookup
+        self.drafter = drafter
+        self.prefix_cache = prefix_cache
         self.speculate_max_batch = speculate_max_batch
         self.max_draft_tokens = max_draft_tokens
         self.decode = decode
@@ -71,10 +77,37 @@ class Engine:
         return Generation(key, request, TextStream(self.decode, request.stop), new_generator(request))
 
     def admit(self, sequences: Sequence[Generation]) -> None:
-        """Prefill the new sequences together and choose each one's first token; they join the
-        running batch (unless already finished) and advance with it from the next step on."""
+        """Prefill the new sequences and choose each one's first token; they join the running batch
+        (unless already finished) and advance with it from the next step on. Prompts without a
+        cached prefix are prefilled together; one with a cached prefix reads only the rest."""
         if not sequences:
             return
+        found = [self.prefix_cache.lookup(s.request.prompt_ids) if self.prefix_cache else None for s in sequences]
+        whole = [seq for seq, hit in zip(sequences, found) if hit is None]
+        ordered, logits, rows = [], [], []
+        if whole:
+            ordered.extend(whole)
+            out, kv = self._prefill(whole)
+            logits.append(out)
+            rows.append(kv)
+        for seq, hit in zip(sequences, found):
+            if hit is not None:
+                seq.reused_tokens = hit[0]
+                ordered.append(seq)
+                out, kv = self._prefill_after(seq, *hit)
+                logits.append(out)
+                rows.append(kv)
+        fresh = rows[0]
+        for more in rows[1:]:
+            fresh = fresh.merged(more)
+        self._choose(ordered, torch.cat(logits))
+        alive = [row for row, seq in enumerate(ordered) if not seq.done]
+        if alive:
+            joined = fresh.kept(alive)
+            self.kv = joined if self.kv is None else self.kv.merged(joined)
+        self.running.extend(ordered[row] for row in alive)
+
+    def _prefill(self, sequences: List[Generation]) -> Tuple[torch.Tensor, KVBatch]:
         width = max(len(s.request.prompt_ids) for s in sequences)
         ids = torch.full((len(sequences), width), self.eos_id, dtype=torch.long)
         mask = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -85,20 +118,31 @@ class Engine:
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         logits, layers = self._forward(ids, mask, positions, None)
         fresh = KVBatch.from_prefill(layers, mask)
-        self._choose(list(sequences), logits)
-        alive = [row for row, seq in enumerate(sequences) if not seq.done]
-        if alive:
-            joined = fresh.kept(alive)
-            self.kv = joined if self.kv is None else self.kv.merged(joined)
-        self.running.extend(sequences[row] for row in alive)
+        if self.prefix_cache is not None:
+            for row, seq in enumerate(sequences):
+                size = len(seq.request.prompt_ids)
+                self.prefix_cache.store(seq.request.prompt_ids,
+                                        [(k[row:row + 1, :, width - size:], v[row:row + 1, :, width - size:])
+                                         for k, v in fresh.layers])
+        return logits, fresh
+
+    def _prefill_after(self, seq: Generation, cached: int, layers: list) -> Tuple[torch.Tensor, KVBatch]:
+        """One prompt whose first `cached` tokens' keys/values are `layers`: the model reads the rest."""
+        prompt = seq.request.prompt_ids
+        ids = torch.tensor([prompt[cached:]], dtype=torch.long)
+        mask = torch.ones((1, len(prompt)), dtype=torch.long)
+        positions = torch.arange(cached, len(prompt)).unsqueeze(0)
+        logits, out = self._forward(ids, mask, positions, KVBatch(layers, mask[:, :cached]))
+        self.prefix_cache.store(prompt, out)  # a longer prompt is kept, for prompts that share more of it
+        return logits, KVBatch(list(out), mask)
 
     def step(self) -> List[Generation]:
         """One token for every running sequence; returns them (finished ones have left the batch)."""
         if not self.running:
             return []
-        if self.lookup and len(self.running) <= self.speculate_max_batch and all(s.request.greedy for s in self.running):
-            drafts = [lookup_draft([*s.request.prompt_ids, *s.generated_ids], min(s.draft.current, self.max_draft_tokens))
-                      for s in self.running]
+        if self.drafter and len(self.running) <= self.speculate_max_batch and all(s.request.greedy for s in self.running):
+            drafts = [self.drafter.draft(s.key, [*s.request.prompt_ids, *s.generated_ids],
+                                         min(s.draft.current, self.max_draft_tokens)) for s in self.running]
             if any(drafts):
                 return self._verify(drafts)
         advanced = list(self.running)
@@ -152,6 +196,11 @@ class Engine:
         if len(survivors) == len(self.running):
             return
         index = {id(seq): row for row, seq in enumerate(self.running)}
+        if self.drafter is not None:
+            staying = {id(seq) for seq in survivors}
+            for seq in self.running:
+                if id(seq) not in staying:
+                    self.drafter.forget(seq.key)
         self.kv = self.kv.kept([index[id(seq)] for seq in survivors]) if survivors else None
         self.running = survivors
 

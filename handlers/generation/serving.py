@@ -12,6 +12,13 @@ line (`{"text": ...}`; the last line adds finish_reason and token counts), a non
 empty chunk until its whole JSON answer. `context.stopping_criteria` tells TorchServe, per request,
 whether more is coming (a 400 or an answer complete at once goes out as one plain response).
 
+Priorities (`X-Priority: high | normal | low`, default normal): with `max_running` set, at most that
+many normal and low sequences advance together; the others wait here (answered with empty chunks),
+high first, then normal, then low, each in order of arrival. High-priority sequences always join at
+once. TorchServe's frontend queue is FIFO and hands the handler at most batchSize requests: a
+high-priority request gets ahead only of those already in the worker, so batchSize should exceed
+max_running by the headroom high-priority traffic needs.
+
 Without continuous batching (a plain batching archive) a call runs its whole batch to the end,
 streaming through TorchServe's intermediate responses.
 """
@@ -22,13 +29,14 @@ import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from handlers.encoding import JSON, json_bytes
-from handlers.errors import HandlerError, ServerFault
+from handlers.errors import BadInput, HandlerError, ServerFault
 from handlers.generation.engine import Engine, Generation
 from handlers.generation.params import GenerationRequest
 
 log = logging.getLogger(__name__)
 
 NDJSON = "application/x-ndjson"
+PRIORITIES = {"high": 0, "normal": 1, "low": 2}
 
 
 class _More:
@@ -56,7 +64,8 @@ class GenerationService:
 
     def __init__(self, engine: Engine, model_name: str, continuous: bool, decode: Callable, reject: Callable,
                  send: Callable[[Any, Dict[int, bytes]], None] = send_intermediate,
-                 warm_request: Optional[GenerationRequest] = None) -> None:
+                 warm_request: Optional[GenerationRequest] = None, max_running: int = 0,
+                 priority_of: Callable[[Any, int], Optional[str]] = lambda context, idx: None) -> None:
         self.engine = engine
         self.model_name = model_name
         self.continuous = continuous
@@ -66,6 +75,9 @@ class GenerationService:
         self.warm_request = warm_request
         self.live: Dict[str, Generation] = {}  # request id -> its running sequence
         self.answered: Dict[str, int] = {}  # request id -> responses sent so far
+        self.max_running = max_running
+        self.priority_of = priority_of
+        self.waiting: List[Generation] = []  # received, not yet running: by priority, then arrival
 
     def warm_up(self, size: int) -> None:
         """A few tokens for `size` sequences at once: the first calls' one-off costs paid at start-up."""
@@ -79,10 +91,16 @@ class GenerationService:
         fresh = [idx for idx in range(len(data)) if ids[idx] not in self.live]
         new: List[Tuple[int, Generation]] = []
         for idx, outcome in zip(fresh, self.decode([data[i] for i in fresh], context, fresh)):
+            priority = self.priority_of(context, idx)
+            if not isinstance(outcome, HandlerError) and priority is not None \
+                    and priority.strip().lower() not in PRIORITIES:
+                outcome = BadInput(f"X-Priority: {priority[:40]!r} is not one of high, normal, low")
             if isinstance(outcome, HandlerError):
                 results[idx] = self.reject(context, idx, outcome)
             else:
-                new.append((idx, self.engine.new_sequence(ids[idx], outcome)))
+                seq = self.engine.new_sequence(ids[idx], outcome)
+                seq.priority = PRIORITIES[priority.strip().lower()] if priority is not None else 1
+                new.append((idx, seq))
         try:
             if self.continuous:
                 return self._one_step(context, ids, results, new, stats)
@@ -96,6 +114,7 @@ class GenerationService:
         self.engine.drop([seq.key for seq in self.engine.running])
         self.live.clear()
         self.answered.clear()
+        self.waiting.clear()
         fault = ServerFault("generation failed (the model log has the traceback)")
         more: List[Optional[bool]] = [None] * len(results)
         for idx, result in enumerate(results):
@@ -107,10 +126,13 @@ class GenerationService:
 
     # ---- continuous batching: one step per call ----------------------------------------------
     def _one_step(self, context, ids, results, new, stats) -> List[bytes]:
-        if new:
-            self.engine.admit([seq for _, seq in new])
-            stats.first_tokens([seq for _, seq in new])
-            self.live.update((seq.key, seq) for _, seq in new)
+        self.live.update((seq.key, seq) for _, seq in new)
+        self.waiting.extend(seq for _, seq in new)
+        self.waiting.sort(key=lambda seq: seq.priority)  # stable: arrival order within a class
+        starting = self._starting()
+        if starting:  # their prefill is this call's work; the running ones advance at the next call
+            self.engine.admit(starting)
+            stats.first_tokens(starting)
         else:
             stats.advanced(self.engine.step())
         more: List[Optional[bool]] = [None] * len(results)
@@ -118,8 +140,24 @@ class GenerationService:
             if result is None:
                 results[idx], more[idx] = self._answer(context, idx, self.live[ids[idx]])
         context.stopping_criteria = [_More(value) for value in more]
+        stats.waiting = len(self.waiting)
         stats.emit(context, self.engine)
         return results
+
+    def _starting(self) -> List[Generation]:
+        """The waiting sequences that start now: every high-priority one, and others while fewer
+        than max_running non-high sequences run."""
+        room = float("inf") if self.max_running == 0 else \
+            self.max_running - sum(1 for seq in self.engine.running if seq.priority > 0)
+        starting, still = [], []
+        for seq in self.waiting:
+            if seq.priority == 0 or room > 0:
+                starting.append(seq)
+                room -= seq.priority > 0
+            else:
+                still.append(seq)
+        self.waiting = still
+        return starting
 
     def _answer(self, context, idx: int, seq: Generation) -> Tuple[bytes, Optional[bool]]:
         """This call's answer for one sequence, and whether more follows (see _More)."""
@@ -153,6 +191,8 @@ class GenerationService:
             log.info("request %s left after %d tokens: its sequence is released", seq.key, seq.generated)
         for key in gone:
             self._forget(key)
+        if gone:
+            self.waiting = [seq for seq in self.waiting if seq.key in present]
         stats.released = len(gone)
 
     # ---- plain batching: the whole batch in one call ---------------------------------------
@@ -201,6 +241,7 @@ class _CallStats:
         self.ttft_ms: List[float] = []
         self.gaps_ms: List[float] = []
         self.released = 0
+        self.waiting = 0
 
     def first_tokens(self, sequences: Sequence[Generation]) -> None:
         for seq in sequences:
@@ -232,3 +273,14 @@ class _CallStats:
                            metric_type=MetricTypes.GAUGE)
         metrics.add_metric("GenerationCacheBytes", engine.cache_bytes, "Bytes", dimensions=dims(),
                            metric_type=MetricTypes.GAUGE)
+        metrics.add_metric("GenerationWaitingSequences", self.waiting, "Count", dimensions=dims(),
+                           metric_type=MetricTypes.GAUGE)
+        cache = engine.prefix_cache
+        if cache is not None:
+            counts = cache.take_counts()
+            for name, value in {"GenerationPrefixCacheHits": counts.hits, "GenerationPrefixCacheMisses": counts.misses,
+                                "GenerationPrefixCacheReusedTokens": counts.reused_tokens,
+                                "GenerationPrefixCacheEvictions": counts.evictions}.items():
+                metrics.add_metric(name, value, "Count", dimensions=dims(), metric_type=MetricTypes.COUNTER)
+            metrics.add_metric("GenerationPrefixCacheBytes", cache.nbytes, "Bytes", dimensions=dims(),
+                               metric_type=MetricTypes.GAUGE)

@@ -7,7 +7,11 @@ caches the folder by the content of this folder (build/training.py): ~3 minutes 
     .venv/bin/python -m models.tinylm.train      # trains into a temp folder, prints the figures
 
 Writes a Hugging Face folder: config.json + model.safetensors (GPT2LMHeadModel) + tokenizer.json
-(byte-level BPE trained with `tokenizers` on the same training text).
+(byte-level BPE trained with `tokenizers` on the same training text), and `draft.pt`: the draft
+model for speculative decoding (draft.py), distilled from the trained model on the same text.
+
+Every 8th step trains on one window of the whole context (1,536 tokens), so that every position
+(a 1,000-token shared prefix, say) has trained embeddings and attention that spans it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ STEPS = 1000
 LEARNING_RATE = 3e-3
 DROPOUT = 0.1  # 100k training tokens: without it the model learns them by heart
 HELD_OUT_EVERY = 10  # every 10th paragraph is held out: never trained on
-ARCHITECTURE = dict(n_layer=4, n_head=4, n_embd=192, n_positions=512)
+ARCHITECTURE = dict(n_layer=4, n_head=4, n_embd=192, n_positions=1536)
+LONG_EVERY = 8  # every 8th step: one window of the whole context instead of BATCH short ones
 
 
 def topics() -> tuple[list[str], list[str]]:
@@ -96,6 +101,7 @@ def train(out: Path) -> dict:
     eos = tokenizer.token_to_id(EOS)
     train_windows = windows(token_stream(tokenizer, train_texts), CONTEXT)
     held_windows = windows(token_stream(tokenizer, held_texts), CONTEXT)
+    long_windows = windows(token_stream(tokenizer, train_texts), ARCHITECTURE["n_positions"] - 1)
     config = GPT2Config(vocab_size=tokenizer.get_vocab_size(), bos_token_id=eos, eos_token_id=eos,
                         resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT, **ARCHITECTURE)
     model = GPT2LMHeadModel(config)
@@ -108,8 +114,10 @@ def train(out: Path) -> dict:
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; {STEPS} steps", flush=True)
     model.train()
     for step in range(STEPS):
-        rows = torch.randint(len(train_windows), (BATCH,), generator=generator)
-        batch = train_windows[rows]
+        if step % LONG_EVERY == LONG_EVERY - 1:
+            batch = long_windows[torch.randint(len(long_windows), (1,), generator=generator)]
+        else:
+            batch = train_windows[torch.randint(len(train_windows), (BATCH,), generator=generator)]
         with torch.autocast("cpu", dtype=torch.bfloat16):  # ~1.8x faster here; weights and optimiser stay fp32
             loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1]).loss
         optimiser.zero_grad(set_to_none=True)
@@ -127,10 +135,13 @@ def train(out: Path) -> dict:
     model.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save(str(Path(out) / "tokenizer.json"))
     sample = greedy_sample(model, tokenizer, "The for statement is used to", 24)
+    from models.tinylm.draft import distil
+
+    draft_figures = distil(model, train_windows, held_windows, Path(out) / "draft.pt", SEED)
     return {"held_out_perplexity": round(held_ppl, 2), "unigram_held_out_perplexity": round(unigram_ppl, 2),
             "held_out_tokens": int(held_windows[:, :-1].numel()),
             "vocab": tokenizer.get_vocab_size(), "steps": STEPS, "seed": SEED, **ARCHITECTURE,
-            "seconds": round(time.perf_counter() - started, 1), "sample": sample}
+            "seconds": round(time.perf_counter() - started, 1), "sample": sample, "draft": draft_figures}
 
 
 def unigram_perplexity(train: torch.Tensor, held: torch.Tensor, vocab: int) -> float:

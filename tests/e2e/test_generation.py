@@ -105,3 +105,34 @@ def test_generation_metrics_on_prometheus(lm_server):
     for name in ("GenerationTokens", "GenerationFirstTokens", "GenerationTimeToFirstTokenMs",
                  "GenerationInterTokenMs"):
         assert scrape.total(name, MODEL) > 0, name
+
+
+def test_a_shared_prefix_is_served_from_the_cache_with_the_same_answer(lm_server):
+    from pydoc_data.topics import topics
+
+    header = topics["for"][:1500]  # ~400 tokens, a few cache blocks
+    asked = {"prompt": header + "\n\nQuestion: what is it?", "max_new_tokens": 12}
+    before = Scrape.of(lm_server.metrics_text())
+    first = generate(lm_server.client, MODEL, asked, stream=False)  # a miss: the prefix is kept
+    other = generate(lm_server.client, MODEL, {**asked, "prompt": header + "\n\nAnd then?"}, stream=False)
+    again = generate(lm_server.client, MODEL, asked, stream=False)
+    assert first.ok and other.ok and again.ok
+    assert again.text == first.text
+    deadline = time.monotonic() + 20
+    while gauge(lm_server, "GenerationPrefixCacheHits") < before.total("GenerationPrefixCacheHits", MODEL) + 2 \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    after = Scrape.of(lm_server.metrics_text())
+    assert after.total("GenerationPrefixCacheHits", MODEL) >= before.total("GenerationPrefixCacheHits", MODEL) + 2
+    assert after.total("GenerationPrefixCacheReusedTokens", MODEL) > before.total("GenerationPrefixCacheReusedTokens",
+                                                                                  MODEL) + 300
+    assert after.total("GenerationPrefixCacheMisses", MODEL) >= 1 and after.total("GenerationPrefixCacheBytes", MODEL) > 0
+
+
+def test_the_priority_header_is_read_and_a_bad_one_is_a_400(lm_server):
+    body = {"prompt": PROMPTS[0], "max_new_tokens": 6}
+    high = generate(lm_server.client, MODEL, body, stream=False, headers={"X-Priority": "high"})
+    plain = generate(lm_server.client, MODEL, body, stream=False)
+    assert high.ok and high.text == plain.text
+    bad = generate(lm_server.client, MODEL, body, stream=False, headers={"X-Priority": "urgent"})
+    assert bad.status == 400 and "X-Priority" in bad.error

@@ -10,28 +10,22 @@ import pytest
 import torch
 
 from handlers.errors import BadInput, PayloadTooLarge
+from handlers.generation.drafting import LookupDrafter
 from handlers.generation.engine import Engine
-from handlers.generation.params import GenerationRequest, Limits, parse_request
+from handlers.generation.params import Limits, parse_request
 from handlers.generation.text import TextStream
 from tests.unit.conftest import make_handler
+from tests.unit.generation_helpers import (
+    call,
+    ids_request,
+    random_engine,
+    run_continuous,
+)
 
 pytestmark = pytest.mark.unit
 
 PROMPTS = ["The for statement is used to", "A class definition", "Names refer to objects.",
            "The import statement", "If the syntax", "Exceptions are"]
-
-
-def random_engine(seed: int) -> Engine:
-    """A GPT-2 with random weights: the cache's bookkeeping must be right for any weights."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    lm = GPT2LMHeadModel(GPT2Config(vocab_size=211, n_layer=2, n_head=2, n_embd=32, n_positions=128)).eval()
-    return Engine(lm, lambda ids: " ".join(map(str, ids)), eos_id=210, max_positions=128)
-
-
-def ids_request(prompt, new_tokens=24, **kw) -> GenerationRequest:
-    return GenerationRequest(prompt="-", prompt_ids=tuple(prompt), max_new_tokens=new_tokens, **kw)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -161,35 +155,6 @@ def test_sampling_with_a_seed_repeats_whatever_shares_the_batch(tinylm):
     assert engine.generate([("o", other), ("s", sampled)])["s"].text.text == alone
 
 
-def call(handler, context, batch):
-    """One TorchServe call: `batch` is [(request id, body or None for a running request)]."""
-    context.request_ids = {idx: rid for idx, (rid, _) in enumerate(batch)}
-    context.statuses.clear()
-    data = [{} if body is None else {"body": json.dumps(body).encode()} for _, body in batch]
-    answers = handler.handle(data, context)
-    more = [c(None) for c in context.stopping_criteria]
-    return answers, more
-
-
-def run_continuous(handler, context, arrivals):
-    """Drive the continuous-batching loop like the frontend: `arrivals` {call number: [(rid, body)]}.
-    Returns {rid: [answers]} and {rid: [more flags]}."""
-    running, answers, flags, step = [], {}, {}, 0
-    while running or any(k >= step for k in arrivals):
-        batch = [(rid, None) for rid in running] + arrivals.get(step, [])
-        step += 1
-        if not batch:
-            continue
-        out, more = call(handler, context, batch)
-        running = []
-        for (rid, _), answer, flag in zip(batch, out, more):
-            answers.setdefault(rid, []).append(answer)
-            flags.setdefault(rid, []).append(flag)
-            if flag is False:
-                running.append(rid)
-    return answers, flags
-
-
 def test_continuous_batching_answers_equal_the_requests_alone_and_streamed_equals_whole(tinylm):
     handler, context = tinylm
     bodies = {f"r{i}": {"prompt": p, "max_new_tokens": 20 + 3 * i} for i, p in enumerate(PROMPTS[:4])}
@@ -269,7 +234,7 @@ def test_lookup_draft_takes_what_followed_the_last_ngram():
 
 
 def lookup_twin(engine: Engine) -> Engine:
-    return Engine(engine.lm, engine.decode, engine.eos_id, engine.max_positions, lookup=True)
+    return Engine(engine.lm, engine.decode, engine.eos_id, engine.max_positions, drafter=LookupDrafter())
 
 
 @pytest.mark.parametrize("seed", [0, 5])
