@@ -29,6 +29,7 @@ from benchmarks.serving.launcher import TorchServe
 from benchmarks.serving.repo import MODEL_STORE, REPORTS, shown
 from benchmarks.serving.ts_config import ModelSettings
 
+PLAIN = {"speculation": "off", "prefix_cache_mib": 0}  # the settings of issue 16's comparisons
 PROMPTS = ["The for statement is used to", "A class definition defines", "When a name is not found",
            "The import statement", "Exceptions are raised when", "An object is",
            "The with statement is used to", "Assignment statements are used to"]
@@ -46,7 +47,8 @@ def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="genbench-") as tmp:
         model_dir = extracted_archive(model, None, Path(tmp))
         handler = Handler()
-        handler.initialize(FakeContext(model_dir, model, batch_size=8))
+        # The KV cache and batching alone: speculation and the prefix cache have their own sections.
+        handler.initialize(FakeContext(model_dir, model, batch_size=8, handler_overrides={"causal_lm": PLAIN}))
         engine, family = handler.generation.engine, handler.family
         request = family.decode({"prompt": PROMPTS[0], "max_new_tokens": new_tokens, "ignore_eos": True}, "")
         rates: Dict[str, List[float]] = {"kv_cache": [], "recompute": []}
@@ -147,17 +149,21 @@ def ttft_experiment(server: TorchServe, model: str, args) -> dict:
 
 
 def served(model: str, args) -> dict:
+    from benchmarks.bench.generation_further import with_settings
+
     out = {}
-    for label, batch in (("batch_size_1", 1), ("continuous", args.clients)):
-        settings = {model: ModelSettings(batch_size=batch, max_batch_delay_ms=1)}
-        log(f"served, {label}: TorchServe with batchSize {batch}, continuous batching, 1 worker")
-        with TorchServe(MODEL_STORE, models=settings, load=(model,)) as server:
-            probes(server, model, 3)  # warm the path
-            out[label] = throughput(server, model, args.clients, args.new_tokens, args.rounds)
-            log(f"  {args.clients} clients x {args.rounds} x {args.new_tokens} tokens: "
-                f"{out[label]['tokens_per_s']} tokens/s")
-            if batch == args.clients:
-                out.update(ttft_experiment(server, model, args))
+    with tempfile.TemporaryDirectory(prefix="genbench-plain-") as tmp:
+        with_settings(MODEL_STORE / f"{model}.mar", Path(tmp), model, PLAIN)
+        for label, batch in (("batch_size_1", 1), ("continuous", args.clients)):
+            settings = {model: ModelSettings(batch_size=batch, max_batch_delay_ms=1)}
+            log(f"served, {label}: TorchServe with batchSize {batch}, continuous batching, 1 worker")
+            with TorchServe(Path(tmp), models=settings, load=(model,)) as server:
+                probes(server, model, 3)  # warm the path
+                out[label] = throughput(server, model, args.clients, args.new_tokens, args.rounds)
+                log(f"  {args.clients} clients x {args.rounds} x {args.new_tokens} tokens: "
+                    f"{out[label]['tokens_per_s']} tokens/s")
+                if batch == args.clients:
+                    out.update(ttft_experiment(server, model, args))
     out["continuous_over_batch_1"] = round(out["continuous"]["tokens_per_s"] / out["batch_size_1"]["tokens_per_s"], 2)
     out["ttft_busy_over_idle_p99"] = round(out["ttft_busy"]["p99_ms"] / out["ttft_idle"]["p99_ms"], 2)
     return out

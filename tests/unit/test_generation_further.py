@@ -175,3 +175,13 @@ def test_a_bad_priority_header_is_a_400_naming_it(tinylm_one_running):
     out, more = call(handler, context, [("x", {"prompt": "If"})], {"x": {"X-Priority": "urgent"}})
     assert context.statuses[0][0] == 400 and "X-Priority" in json.loads(out[0])["message"]
     assert handler.generation.live == {}
+
+
+def test_the_catalogue_packs_named_files_of_a_trained_folder_and_refuses_a_bad_list():
+    from build.errors import CatalogueError
+    from build.sources import parse_source
+
+    source = parse_source("m.model", {"huggingface": {"train": "models/tinylm/train.py", "also": ["draft.pt"]}})
+    assert source.also == ("draft.pt",)
+    with pytest.raises(CatalogueError, match="also"):
+        parse_source("m.model", {"huggingface": {"train": "models/tinylm/train.py", "also": "draft.pt"}})
