@@ -1,0 +1,65 @@
+"""The response cache on its own: keys, bounds, expiry, coalescing (issue 18, first part)."""
+
+from __future__ import annotations
+
+import pytest
+
+from handlers.errors import ConfigError
+from handlers.response_cache import (
+    ResponseCache,
+    ResponseCacheSettings,
+    coalesce,
+    request_key,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def key(body, version="1.0", variant="torchscript", ctype="application/json"):
+    return request_key("m", version, variant, body, ctype)
+
+
+def test_requests_that_mean_the_same_share_a_key_and_others_do_not():
+    assert key(b'{"a": 1, "b": [1, 2]}') == key(b'{"b":[1,2],"a":1}') == key({"a": 1, "b": [1, 2]})
+    assert key(b'{"a": 1}') != key(b'{"a": 2}')
+    assert key(b'{"a": 1}', version="1.1") != key(b'{"a": 1}')  # a new archive never meets the old answers
+    assert key(b'{"a": 1}', variant="onnx") != key(b'{"a": 1}')
+    assert key(b"\x89PNG", ctype="image/png") != key(b"\x89PNG", ctype="image/jpeg")
+
+
+def test_the_byte_bound_holds_under_a_flood_of_distinct_large_answers():
+    cache = ResponseCache(ResponseCacheSettings(max_mib=1, max_entries=10_000))
+    for i in range(500):
+        cache.put(key({"i": i}), bytes(10_000))
+        assert cache.nbytes <= 2**20
+    assert cache.take_counts().evictions > 0
+    cache.put(key({"huge": 1}), bytes(2**21))  # larger than the bound: not kept
+    assert cache.get(key({"huge": 1})) is None and cache.nbytes <= 2**20
+
+
+def test_least_recently_used_goes_first_and_entries_are_bounded():
+    cache = ResponseCache(ResponseCacheSettings(max_mib=1, max_entries=2))
+    cache.put(b"a", b"1")
+    cache.put(b"b", b"2")
+    assert cache.get(b"a") == b"1"
+    cache.put(b"c", b"3")
+    assert cache.get(b"b") is None and cache.get(b"a") == b"1" and cache.get(b"c") == b"3"
+
+
+def test_answers_expire_after_their_time_to_live():
+    now = [0.0]
+    cache = ResponseCache(ResponseCacheSettings(max_mib=1, ttl_s=5), clock=lambda: now[0])
+    cache.put(b"k", b"answer")
+    now[0] = 4.9
+    assert cache.get(b"k") == b"answer"
+    now[0] = 5.1
+    assert cache.get(b"k") is None and cache.nbytes == 0
+
+
+def test_identical_requests_in_a_batch_point_at_the_first():
+    assert coalesce([b"x", b"y", b"x", None, b"y"]) == {0: 0, 1: 1, 2: 0, 4: 1}
+
+
+def test_bad_settings_name_the_section():
+    with pytest.raises(ConfigError, match="response_cache"):
+        ResponseCacheSettings(max_entries=0)
