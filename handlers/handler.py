@@ -15,7 +15,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -25,8 +25,9 @@ from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
 from handlers.onnx_session import OnnxModule, load_onnx
 from handlers.profiling import make_profiler, region
+from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
-from handlers.stage_metrics import StageClock, emit
+from handlers.stage_metrics import StageClock, emit, emit_cache
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Handler:
         self.profiler = None
         self.decode_pool = None
         self.generation = None  # a generative family's service (handlers/generation/serving.py)
+        self.response_cache = None  # handlers/response_cache.py, when the archive's settings turn it on
 
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize(self, context) -> None:
@@ -96,6 +98,11 @@ class Handler:
                                   f"TorchServe 0.12 ({workers} started): set minWorkers=maxWorkers=1 and raise "
                                   "batchSize (sequences per step) instead")
             self.generation = generation_service(self, model_dir, continuous)
+        if self.settings.response_cache.enabled:
+            if self.family.generates:
+                raise ConfigError("response_cache: not available for generating families yet (remove the section)")
+            self.response_cache = ResponseCache(self.settings.response_cache)
+        self.version = _model_version(context)
         if rt.warmup:
             warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
             runtime.warm_up(warm, self.max_batch_size)
@@ -155,14 +162,17 @@ class Handler:
             return answers
         clock = StageClock()
         results: List[Optional[bytes]] = [None] * len(data)
+        keys, todo, same_as = self._cached(data, context, results)
         # Per accepted request: (its index, its envelope or None, where its items start, how many).
         spans: List[Tuple[int, Optional[kserve.Envelope], int, int]] = []
         items: List[Any] = []
 
         started = clock.start()
         with region(self.profiler, "preprocess"):
-            for idx, outcome in enumerate(self.decode_all(data, context)):
+            refused: Dict[int, HandlerError] = {}
+            for idx, outcome in zip(todo, self.decode_all(data, context, todo)):
                 if isinstance(outcome, HandlerError):
+                    refused[idx] = outcome
                     results[idx] = self.reject(context, idx, outcome)
                 else:
                     envelope, decoded = outcome
@@ -183,14 +193,53 @@ class Handler:
                     results[idx] = self.encode(context, idx, answers[first:first + count], envelope)
             clock.stop("postprocess", started)
 
+        if self.response_cache is not None:
+            self._remember(context, keys, same_as, results, refused)
         emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
         if self.profiler is not None:
             self.profiler.step()
         return results
 
-    def decode_all(self, data: List[Any], context) -> List[Any]:
+    # ---- the response cache -----------------------------------------------------------------
+    def _cached(self, data: List[Any], context, results: List[Optional[bytes]]):
+        """Answer the requests the cache has; returns each cacheable request's key, the indices still
+        to compute, and for each repeat in the batch the index of the first like it (computed once)."""
+        if self.response_cache is None:
+            return {}, list(range(len(data))), {}
+        keys = {}
+        for idx in range(len(data)):
+            headers = _headers(context, idx)
+            no_cache = "no-cache" in (kserve.header(headers, "cache-control") or "").lower()
+            if not no_cache and not kserve.from_kserve_route(headers):  # /predictions answers only
+                keys[idx] = request_key(self.model_name, self.version, self.settings.variant,
+                                        request_body(data[idx]), _content_type(context, idx))
+        todo = []
+        for idx in range(len(data)):
+            answer = self.response_cache.get(keys[idx]) if idx in keys else None
+            if answer is None:
+                todo.append(idx)
+            else:
+                results[idx] = answer
+                context.set_response_content_type(idx, JSON)
+        first = coalesce([keys.get(idx) for idx in todo])
+        same_as = {todo[i]: todo[j] for i, j in first.items() if i != j}
+        return keys, [idx for idx in todo if idx not in same_as], same_as
+
+    def _remember(self, context, keys, same_as, results, refused) -> None:
+        for idx, first in same_as.items():
+            if first in refused:
+                results[idx] = self.reject(context, idx, refused[first])
+            else:
+                results[idx] = results[first]
+                context.set_response_content_type(idx, JSON)
+        for idx, key in keys.items():
+            if idx not in refused and idx not in same_as and results[idx] is not None:
+                self.response_cache.put(key, results[idx])
+        emit_cache(getattr(context, "metrics", None), self.model_name, self.response_cache)
+
+    def decode_all(self, data: List[Any], context, indices: Optional[List[int]] = None) -> List[Any]:
         """Each request decoded on its own: (its KServe envelope or None for /predictions, its items:
-        one per instance), or the HandlerError that rejects it alone."""
+        one per instance), or the HandlerError that rejects it alone (`indices`: only these)."""
 
         def unwrap_one(idx: int):
             try:
@@ -211,7 +260,7 @@ class Handler:
             except Exception:  # as above
                 return _fault(idx)
 
-        unwrapped = [unwrap_one(idx) for idx in range(len(data))]
+        unwrapped = [unwrap_one(idx) for idx in (range(len(data)) if indices is None else indices)]
         jobs = [(idx, *body) for idx, outcome in enumerate(unwrapped) if not isinstance(outcome, HandlerError)
                 for body in outcome[1]]
         if self.decode_pool is None or len(jobs) <= 1:

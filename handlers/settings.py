@@ -13,6 +13,7 @@ from typing import Any, Literal, Mapping, Optional
 
 from handlers.errors import ConfigError
 from handlers.families import family_class
+from handlers.response_cache import ResponseCacheSettings
 from handlers.sources import Source, source_from
 
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -114,6 +115,7 @@ class HandlerSettings:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     profiler: ProfilerSettings = field(default_factory=ProfilerSettings)
     variant: str = ""  # the catalogue variant this archive was built as (build/variants.py): logs, caches
+    response_cache: ResponseCacheSettings = field(default_factory=ResponseCacheSettings)  # off by default
 
     @classmethod
     def from_mapping(cls, section: Optional[Mapping[str, Any]], where: str = "handler") -> "HandlerSettings":
@@ -122,7 +124,7 @@ class HandlerSettings:
         if not isinstance(name, str):
             raise ConfigError(f"{where}.family: the model family is required (e.g. image_classifier)")
         family = family_class(name)
-        known = {"family", "weights", "source", "variant", "runtime", "profiler", name}
+        known = {"family", "weights", "source", "variant", "runtime", "profiler", "response_cache", name}
         unknown = sorted(set(section) - known)
         if unknown:
             raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})")
@@ -137,6 +139,7 @@ class HandlerSettings:
             variant=_check_value(where, "variant", str, section.get("variant", "")),
             runtime=parse_section(RuntimeSettings, section.get("runtime"), f"{where}.runtime"),
             profiler=parse_section(ProfilerSettings, section.get("profiler"), f"{where}.profiler"),
+            response_cache=parse_section(ResponseCacheSettings, section.get("response_cache"), f"{where}.response_cache"),
         )
         if (settings.runtime.graph in SERIALISED_GRAPHS) == (settings.source is not None):
             raise ConfigError(f"{where}.source: an eager archive needs one (how to rebuild the architecture), "

@@ -46,3 +46,21 @@ def emit(metrics, model_name: str, clock: StageClock, batch_size: int) -> None:
         metrics.add_time(STAGE_METRIC[stage], ms, dimensions=dims(), metric_type=MetricTypes.COUNTER)
     metrics.add_counter(BATCHES_METRIC, 1, dimensions=dims(Dimension("BatchSize", str(batch_size))))
     metrics.add_counter(ITEMS_METRIC, batch_size, dimensions=dims())
+
+
+def emit_cache(metrics, model_name: str, cache) -> None:
+    """The response cache's hits, misses and evictions since the last call, and its bytes."""
+    if metrics is None:
+        return
+    from ts.metrics.dimension import Dimension
+    from ts.metrics.metric_type_enum import MetricTypes
+
+    counts = cache.take_counts()
+    for name, value in (("ResponseCacheHits", counts.hits), ("ResponseCacheMisses", counts.misses),
+                        ("ResponseCacheEvictions", counts.evictions)):
+        metrics.add_metric(name, value, "Count", dimensions=[Dimension("ModelName", model_name),
+                                                             Dimension("Level", "Model")],
+                           metric_type=MetricTypes.COUNTER)
+    metrics.add_metric("ResponseCacheBytes", cache.nbytes, "Bytes",
+                       dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model")],
+                       metric_type=MetricTypes.GAUGE)

@@ -63,3 +63,59 @@ def test_identical_requests_in_a_batch_point_at_the_first():
 def test_bad_settings_name_the_section():
     with pytest.raises(ConfigError, match="response_cache"):
         ResponseCacheSettings(max_entries=0)
+
+
+# ---- in the handler (digits, a fake TorchServe context) ---------------------------------------
+@pytest.fixture
+def digits_cached(archive_dirs):
+    from tests.unit.conftest import make_handler
+
+    handler, context = make_handler(archive_dirs["digits"], "digits", batch_size=8, response_cache={"max_mib": 1})
+    computed = []
+    infer = handler.infer
+
+    def counting(inputs):
+        computed.append(int(inputs.shape[0]))
+        return infer(inputs)
+
+    handler.infer = counting
+    return handler, context, computed
+
+
+def scans(repo_root):
+    import json
+
+    import numpy as np
+
+    nine = json.loads((repo_root / "models/digits/example_9.json").read_text())
+    other = {"inputs": np.clip(np.asarray(nine["inputs"]) + 1, 0, 16).tolist()}
+    return json.dumps(nine).encode(), json.dumps(other).encode()
+
+
+def send(handler, context, bodies, headers=None):
+    context.headers = {i: {"Content-Type": "application/json", **((headers or {}).get(i, {}))} for i in range(len(bodies))}
+    context.statuses.clear()
+    return handler.handle([{"body": b} for b in bodies], context)
+
+
+def test_a_repeat_in_a_batch_is_computed_once_and_a_cached_answer_is_byte_identical(digits_cached, repo_root):
+    handler, context, computed = digits_cached
+    nine, other = scans(repo_root)
+    first = send(handler, context, [nine, other, nine, b"{not json"])
+    assert computed == [2]  # nine and other; the repeat is answered with the first's answer
+    assert first[0] == first[2] and first[0] != first[1] and context.statuses[3][0] == 400
+    again = send(handler, context, [nine, b"{not json"])
+    assert computed == [2] and again[0] == first[0]  # from the cache: no model call
+    assert context.statuses[1][0] == 400  # an error is never cached: checked again, refused again
+    fresh = send(handler, context, [nine], headers={0: {"Cache-Control": "no-cache"}})
+    assert computed == [2, 1] and fresh[0] == first[0]
+    assert context.metrics.last("ResponseCacheHits") == 0 and context.metrics.last("ResponseCacheBytes") > 0
+
+
+def test_a_new_archive_version_never_gets_the_old_answers(digits_cached, repo_root):
+    handler, context, computed = digits_cached
+    nine, _ = scans(repo_root)
+    send(handler, context, [nine])
+    handler.version = "2.0"
+    send(handler, context, [nine])
+    assert computed == [1, 1]
