@@ -53,6 +53,7 @@ class Payload:
     # its samples carry (benchmarks/load/mix.py splits the figures by it).
     path: str = ""
     tag: str = ""
+    headers: Tuple[Tuple[str, str], ...] = ()  # more request headers (Cache-Control, say)
 
 
 def payloads_for(model: str) -> Tuple[Payload, ...]:
@@ -77,7 +78,7 @@ class Connection:
                 if self._conn is None:
                     self._conn = http.client.HTTPConnection(self.target.host, self.target.port,
                                                             timeout=self.target.timeout_s)
-                headers = {**self._headers, "Content-Type": payload.content_type}
+                headers = {**self._headers, **dict(payload.headers), "Content-Type": payload.content_type}
                 self._conn.request("POST", payload.path or self.target.path, payload.body, headers)
                 response = self._conn.getresponse()
                 response.read()

@@ -1,0 +1,208 @@
+"""Benchmark the response cache: capacity at the SLO with the cache against without it, on a
+Zipf-distributed workload (s = 1.1 over 1,000 distinct inputs) and on all-distinct inputs (what the
+cache costs when it never hits). One server, the archive with `response_cache` on; "without" sends
+the same requests with `Cache-Control: no-cache` (no key, no lookup, nothing stored), and the two arms
+alternate at every concurrency level, so a slow spell of the machine falls on both.
+
+    python -m benchmarks.bench.response_cache --model minilm
+
+Writes benchmarks/reports/response-cache-<model>-<time>/ (report.json, report.md, capacity.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import numpy as np
+import yaml
+
+from benchmarks.load.loadgen import LoadResult, Payload, Target, closed_loop
+from benchmarks.load.stats import StabilityRule
+from benchmarks.serving.launcher import TorchServe
+from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPORTS, shown
+from benchmarks.serving.ts_config import ModelSettings
+
+NO_CACHE = (("Cache-Control", "no-cache"),)
+
+
+def log(message: str) -> None:
+    print(f"[response-cache-bench] {message}", file=sys.stderr, flush=True)
+
+
+def with_cache(src: Path, store: Path, name: str, max_mib: float) -> None:
+    """`store/<name>.mar`: the archive with `response_cache.max_mib` set in its model-config.yaml."""
+    store.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(src) as old, zipfile.ZipFile(store / f"{name}.mar", "w", zipfile.ZIP_STORED) as new:
+        for item in old.infolist():
+            data = old.read(item)
+            if item.filename == "model-config.yaml":
+                config = yaml.safe_load(data)
+                config["handler"]["response_cache"] = {"max_mib": max_mib, "max_entries": 100_000}
+                data = yaml.safe_dump(config, sort_keys=False).encode()
+            new.writestr(item, data)
+
+
+def sentences() -> List[str]:
+    """Distinct sentences of Python's own documentation (real text, installed with Python)."""
+    from pydoc_data.topics import topics
+
+    seen, out = set(), []
+    for name in sorted(topics):
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(topics[name].split())):
+            if 20 <= len(sentence) <= 300 and sentence not in seen:
+                seen.add(sentence)
+                out.append(sentence)
+    return out
+
+
+def zipf_order(universe: int, count: int, s: float, seed: int) -> np.ndarray:
+    weights = 1.0 / np.arange(1, universe + 1) ** s
+    return np.random.default_rng(seed).choice(universe, size=count, p=weights / weights.sum())
+
+
+def payloads(texts: Sequence[str], headers=()) -> List[Payload]:
+    return [Payload(json.dumps({"text": t}).encode(), "application/json", headers=headers) for t in texts]
+
+
+def sweep(target: Target, workload: Dict[str, List[Payload]], levels: Sequence[int], rule: StabilityRule,
+          window_s: float, distinct: bool) -> Dict[str, List[dict]]:
+    """Both arms at each level, alternating which goes first. All-distinct workloads never reuse an
+    input: each point starts where the last one stopped."""
+    out: Dict[str, List[dict]] = {arm: [] for arm in workload}
+    offset = 0
+    for i, level in enumerate(levels):
+        arms = list(workload) if i % 2 == 0 else list(workload)[::-1]
+        for arm in arms:
+            stream = workload[arm][offset:] if distinct else workload[arm]
+            result: LoadResult = closed_loop(target, stream, level, rule, window_s, progress=log)
+            if distinct:
+                offset += len(result.samples)
+                if offset >= len(workload[arm]):
+                    raise SystemExit("error: the all-distinct workload ran out of inputs: raise --distinct")
+            figures = result.figures()
+            out[arm].append({"concurrency": level, "throughput_rps": round(figures["throughput_rps"], 1),
+                             "p99_ms": round(figures["latency_ms"]["p99_ms"], 2), "requests": figures["requests"],
+                             "errors": figures["errors"], "stable": figures["stable"]})
+            log(f"  {arm}, concurrency {level}: {figures['throughput_rps']:.1f} req/s, "
+                f"p99 {figures['latency_ms']['p99_ms']:.1f} ms ({figures['requests']} requests)")
+    return out
+
+
+def capacity(points: List[dict], slo_ms: float) -> float:
+    return max((p["throughput_rps"] for p in points if p["p99_ms"] <= slo_ms and not p["errors"]), default=0.0)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.response_cache", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="minilm", help="a text model whose requests are {\"text\": ...}")
+    parser.add_argument("--levels", default="1,2,4,8,16", help="closed-loop concurrencies")
+    parser.add_argument("--universe", type=int, default=1000, help="distinct inputs of the Zipf workload")
+    parser.add_argument("--zipf-s", type=float, default=1.1)
+    parser.add_argument("--distinct", type=int, default=60_000, help="inputs available to the all-distinct workload")
+    parser.add_argument("--window-s", type=float, default=3.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--max-mib", type=float, default=64)
+    parser.add_argument("--out", type=Path, default=REPORTS)
+    args = parser.parse_args(argv)
+    levels = [int(x) for x in args.levels.split(",")]
+    entry = yaml.safe_load(CATALOGUE.read_text())["models"][args.model]
+    slo_ms = float(entry.get("slo_ms", 100))
+    pool = sentences()
+    if len(pool) < args.universe:
+        raise SystemExit(f"error: only {len(pool)} distinct sentences for --universe {args.universe}")
+    universe = pool[:args.universe]
+    zipf = [universe[i] for i in zipf_order(args.universe, 200_000, args.zipf_s, seed=0)]
+    # All distinct: pairs of sentences, none of them the Zipf universe's, never sent twice.
+    rest = pool[args.universe:]
+    distinct = [f"{rest[i % len(rest)]} {rest[(i // len(rest)) % len(rest)]}" for i in range(args.distinct)]
+    rule = StabilityRule()
+    when = time.strftime("%Y%m%d-%H%M%S")
+    report = {"model": args.model, "when": when, "slo_ms": slo_ms, "levels": levels, "universe": args.universe,
+              "zipf_s": args.zipf_s, "workers": args.workers, "batch_size": args.batch_size, "max_mib": args.max_mib,
+              "command": "python -m benchmarks.bench.response_cache " + " ".join(argv if argv is not None else sys.argv[1:])}
+    with tempfile.TemporaryDirectory(prefix="cachebench-") as tmp:
+        with_cache(MODEL_STORE / f"{args.model}.mar", Path(tmp), args.model, args.max_mib)
+        settings = {args.model: ModelSettings(batch_size=args.batch_size, max_batch_delay_ms=1,
+                                                  min_workers=args.workers, max_workers=args.workers)}
+        with TorchServe(Path(tmp), models=settings, load=(args.model,)) as server:
+            target = Target.for_model(server.client.endpoints.inference, args.model, server.client.tokens.inference)
+            log(f"all-distinct inputs: cache vs no-cache, levels {levels}")
+            report["distinct"] = sweep(target, {"cache": payloads(distinct), "no_cache": payloads(distinct, NO_CACHE)},
+                                       levels, rule, args.window_s, distinct=True)
+            log(f"Zipf s={args.zipf_s} over {args.universe} inputs: cache vs no-cache, levels {levels}")
+            report["zipf"] = sweep(target, {"cache": payloads(zipf), "no_cache": payloads(zipf, NO_CACHE)},
+                                   levels, rule, args.window_s, distinct=False)
+            report["metrics"] = {name: server_total(server, name, args.model)
+                                 for name in ("ResponseCacheHits", "ResponseCacheMisses", "ResponseCacheEvictions",
+                                              "ResponseCacheBytes")}
+    for workload in ("zipf", "distinct"):
+        figures = {arm: capacity(points, slo_ms) for arm, points in report[workload].items()}
+        figures["ratio"] = round(figures["cache"] / figures["no_cache"], 2) if figures["no_cache"] else None
+        report[f"{workload}_capacity_rps"] = figures
+    folder = args.out / f"response-cache-{args.model}-{when}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (folder / "report.md").write_text(markdown(report))
+    plot(report, folder)
+    log(f"report: {shown(folder / 'report.md')}")
+    print(markdown(report))
+    return 0
+
+
+def server_total(server, name: str, model: str) -> float:
+    from benchmarks.serving.server_metrics import Scrape
+
+    return Scrape.of(server.metrics_text()).total(name, model)
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Response cache: {report['model']} ({report['when']})", "", f"Command: `{report['command']}`", "",
+             f"One TorchServe, {report['workers']} workers, batchSize {report['batch_size']}, the archive with "
+             f"`response_cache.max_mib: {report['max_mib']}`; \"no cache\" sends `Cache-Control: no-cache`. "
+             f"Capacity: the highest closed-loop throughput with p99 <= {report['slo_ms']:g} ms.", ""]
+    for workload, title in (("zipf", f"Zipf s={report['zipf_s']} over {report['universe']} inputs"),
+                            ("distinct", "all-distinct inputs (never a hit)")):
+        cap = report[f"{workload}_capacity_rps"]
+        lines += [f"## {title}", "", "| concurrency | cache req/s | cache p99 ms | no cache req/s | no cache p99 ms |",
+                  "|---|---|---|---|---|"]
+        for on, off in zip(report[workload]["cache"], report[workload]["no_cache"]):
+            lines.append(f"| {on['concurrency']} | {on['throughput_rps']} | {on['p99_ms']} | {off['throughput_rps']} | "
+                         f"{off['p99_ms']} |")
+        lines += ["", f"Capacity at the SLO: cache {cap['cache']} req/s, no cache {cap['no_cache']} req/s: "
+                      f"**{cap['ratio']}x**.", ""]
+    lines += [f"Server counters at the end: {report['metrics']}.", "", "![capacity](capacity.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(report: dict, folder: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, workload in zip(axes, ("zipf", "distinct")):
+        for arm, style in (("cache", "o-"), ("no_cache", "s--")):
+            points = report[workload][arm]
+            ax.plot([p["throughput_rps"] for p in points], [p["p99_ms"] for p in points], style, label=arm)
+        ax.axhline(report["slo_ms"], color="grey", linewidth=0.8)
+        ax.set_xlabel("throughput, req/s")
+        ax.set_title(workload)
+        ax.legend()
+    axes[0].set_ylabel("p99 latency, ms")
+    fig.tight_layout()
+    fig.savefig(folder / "capacity.png", dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
