@@ -15,8 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import Dict, List
 
-import yaml
-
+from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.bench.generation import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.load.generation import Generators, generate
 from benchmarks.serving.errors import BenchmarkError
@@ -29,16 +28,8 @@ PRIORITY_PROBES = 50  # per class and block
 
 
 def with_settings(src: Path, store: Path, name: str, causal_lm: dict) -> None:
-    """`store/<name>.mar`: the archive with these causal_lm settings changed in its model-config.yaml."""
-    store.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(src) as old, zipfile.ZipFile(store / f"{name}.mar", "w", zipfile.ZIP_STORED) as new:
-        for item in old.infolist():
-            data = old.read(item)
-            if item.filename == "model-config.yaml":
-                config = yaml.safe_load(data)
-                config["handler"].setdefault("causal_lm", {}).update(causal_lm)
-                data = yaml.safe_dump(config, sort_keys=False).encode()
-            new.writestr(item, data)
+    """`store/<name>.mar`: the archive with these causal_lm settings changed."""
+    with_handler_settings(src, store, name, {"causal_lm": causal_lm})
 
 
 def repeated_paragraph_prompt() -> str:

@@ -17,13 +17,13 @@ import re
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 from typing import Dict, List, Sequence
 
 import numpy as np
 import yaml
 
+from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.load.loadgen import LoadResult, Payload, Target, closed_loop
 from benchmarks.load.stats import StabilityRule
 from benchmarks.serving.launcher import TorchServe
@@ -38,16 +38,8 @@ def log(message: str) -> None:
 
 
 def with_cache(src: Path, store: Path, name: str, max_mib: float) -> None:
-    """`store/<name>.mar`: the archive with `response_cache.max_mib` set in its model-config.yaml."""
-    store.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(src) as old, zipfile.ZipFile(store / f"{name}.mar", "w", zipfile.ZIP_STORED) as new:
-        for item in old.infolist():
-            data = old.read(item)
-            if item.filename == "model-config.yaml":
-                config = yaml.safe_load(data)
-                config["handler"]["response_cache"] = {"max_mib": max_mib, "max_entries": 100_000}
-                data = yaml.safe_dump(config, sort_keys=False).encode()
-            new.writestr(item, data)
+    """`store/<name>.mar`: the archive with `response_cache.max_mib` set."""
+    with_handler_settings(src, store, name, {"response_cache": {"max_mib": max_mib, "max_entries": 100_000}})
 
 
 def sentences() -> List[str]:
