@@ -60,8 +60,19 @@ def zipf_order(universe: int, count: int, s: float, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).choice(universe, size=count, p=weights / weights.sum())
 
 
-def payloads(texts: Sequence[str], headers=()) -> List[Payload]:
-    return [Payload(json.dumps({"text": t}).encode(), "application/json", headers=headers) for t in texts]
+def text_field(entry: dict, model: str) -> tuple:
+    """The model's first catalogue example as a template: a JSON request with one string field, which
+    the workloads fill with their sentences. Returns (the example, the field's name)."""
+    example = ((entry.get("examples") or [{}])[0] or {}).get("json")
+    fields = [k for k, v in example.items() if isinstance(v, str)] if isinstance(example, dict) else []
+    if len(fields) != 1:
+        raise SystemExit(f"error: {model}'s first catalogue example is not a JSON request with one text field: "
+                         "this benchmark varies that field (choose a model that takes text)")
+    return example, fields[0]
+
+
+def payloads(template: dict, field: str, texts: Sequence[str], headers=()) -> List[Payload]:
+    return [Payload(json.dumps({**template, field: t}).encode(), "application/json", headers=headers) for t in texts]
 
 
 def sweep(target: Target, workload: Dict[str, List[Payload]], levels: Sequence[int], rule: StabilityRule,
@@ -94,7 +105,7 @@ def capacity(points: List[dict], slo_ms: float) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.response_cache", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="minilm", help="a text model whose requests are {\"text\": ...}")
+    parser.add_argument("--model", required=True, help="a catalogue model whose first example is JSON with one text field")
     parser.add_argument("--levels", default="1,2,4,8,16", help="closed-loop concurrencies")
     parser.add_argument("--universe", type=int, default=1000, help="distinct inputs of the Zipf workload")
     parser.add_argument("--zipf-s", type=float, default=1.1)
@@ -108,6 +119,7 @@ def main(argv=None) -> int:
     levels = [int(x) for x in args.levels.split(",")]
     entry = yaml.safe_load(CATALOGUE.read_text())["models"][args.model]
     slo_ms = float(entry.get("slo_ms", 100))
+    template, field = text_field(entry, args.model)
     pool = sentences()
     if len(pool) < args.universe:
         raise SystemExit(f"error: only {len(pool)} distinct sentences for --universe {args.universe}")
@@ -128,10 +140,12 @@ def main(argv=None) -> int:
         with TorchServe(Path(tmp), models=settings, load=(args.model,)) as server:
             target = Target.for_model(server.client.endpoints.inference, args.model, server.client.tokens.inference)
             log(f"all-distinct inputs: cache vs no-cache, levels {levels}")
-            report["distinct"] = sweep(target, {"cache": payloads(distinct), "no_cache": payloads(distinct, NO_CACHE)},
+            report["distinct"] = sweep(target, {"cache": payloads(template, field, distinct),
+                                                "no_cache": payloads(template, field, distinct, NO_CACHE)},
                                        levels, rule, args.window_s, distinct=True)
             log(f"Zipf s={args.zipf_s} over {args.universe} inputs: cache vs no-cache, levels {levels}")
-            report["zipf"] = sweep(target, {"cache": payloads(zipf), "no_cache": payloads(zipf, NO_CACHE)},
+            report["zipf"] = sweep(target, {"cache": payloads(template, field, zipf),
+                                            "no_cache": payloads(template, field, zipf, NO_CACHE)},
                                    levels, rule, args.window_s, distinct=False)
             report["metrics"] = {name: server_total(server, name, args.model)
                                  for name in ("ResponseCacheHits", "ResponseCacheMisses", "ResponseCacheEvictions",
