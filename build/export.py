@@ -161,7 +161,7 @@ def smoke_test(entry: ModelEntry, family: Family, served: Path, settings: Handle
     answers = []
     try:
         for batch in batches:
-            inputs = batch if isinstance(batch, tuple) else (batch,)
+            inputs = family.model_inputs(batch)
             with torch.inference_mode():
                 answers.append(family.postprocess(model(*inputs), batch))
     except (RuntimeError, ValueError, TypeError, IndexError, ConfigError) as err:

@@ -125,7 +125,7 @@ def run_outputs(model: Callable, family: Family, inputs: Sequence[GateInput],
     with torch.inference_mode(), runtime.autocast(torch.device("cpu"), autocast_dtype):
         for start in range(0, len(items), GATE_BATCH):
             batch = family.collate(items[start:start + GATE_BATCH])
-            out = model(*(batch if isinstance(batch, tuple) else (batch,)))
+            out = model(*family.model_inputs(batch))
             outputs.append(out.float())
     return torch.cat(outputs)
 

@@ -34,14 +34,14 @@ def inprocess_speed(entry: ModelEntry, family: Family, load: Callable[[], Callab
     torch.set_num_threads(1)
     try:
         model = load()
-        return {str(size): round(_rate(model, batch, size, dtype, rt.channels_last), 1)
+        return {str(size): round(_rate(model, family.model_inputs(batch), size, dtype, rt.channels_last), 1)
                 for size, batch in batches.items()}
     finally:
         torch.set_num_threads(threads)
 
 
 def _rate(model: Callable, batch, size: int, dtype, channels_last: bool) -> float:
-    inputs = tuple(runtime.memory_format(t, channels_last) for t in (batch if isinstance(batch, tuple) else (batch,)))
+    inputs = tuple(runtime.memory_format(t, channels_last) for t in batch)
     with torch.inference_mode(), runtime.autocast(torch.device("cpu"), dtype):
         for _ in range(2):
             model(*inputs)

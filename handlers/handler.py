@@ -295,7 +295,7 @@ class Handler:
 
     def infer(self, inputs):
         """The model on one collated batch: each input tensor on the device in the model's layout."""
-        tensors = inputs if isinstance(inputs, tuple) else (inputs,)
+        tensors = self.family.model_inputs(inputs)
         channels_last = self.settings.runtime.channels_last
         tensors = tuple(runtime.to_device(runtime.memory_format(t, channels_last), self.device) for t in tensors)
         with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):

@@ -42,7 +42,7 @@ def batch_of(model: str, model_dir: Path, size: int):
     requests = worker_requests(model)
     items = [family.decode(*requests[i % len(requests)]) for i in range(size)]
     batch = family.collate(items)
-    return settings, batch if isinstance(batch, tuple) else (batch,)
+    return settings, family.model_inputs(batch)
 
 
 def onnx_ops(model_dir: Path, settings, batch) -> Dict[str, float]:

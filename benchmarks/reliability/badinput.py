@@ -22,6 +22,7 @@ import requests
 
 from benchmarks.load.traffic import Traffic, say
 from benchmarks.reliability.corpus import (
+    FORECASTER,
     FRONTEND,
     HANDLER,
     TENSOR,
@@ -124,8 +125,27 @@ def well_formed(settings: HandlerSettings, response: requests.Response) -> bool:
         return isinstance(answer.get("outputs"), list)
     if settings.family == TENSOR and family.output == "argmax":
         return set(answer) == {"class"}
+    if settings.family == FORECASTER:
+        series = answer.get("series", [answer])
+        return isinstance(series, list) and bool(series) and all(_forecast_ok(one, family) for one in series)
     probabilities = list(answer.values())  # top-k {label: probability}: image, tensor softmax_topk
     return 1 <= len(probabilities) <= family.top_k and all(isinstance(p, float) and 0 <= p <= 1 for p in probabilities)
+
+
+def _forecast_ok(answer, settings) -> bool:
+    """Every quantile the model declares, `horizon` steps each, never crossing; alerts a list."""
+    from handlers.families.quantile_post import quantile_key
+
+    if not isinstance(answer, dict) or set(answer) != {"horizon", "quantiles", "alerts"}:
+        return False
+    table = answer["quantiles"]
+    keys = [quantile_key(q) for q in settings.quantiles]
+    if not isinstance(table, dict) or list(table) != keys or not isinstance(answer["alerts"], list):
+        return False
+    columns = list(table.values())
+    if any(len(c) != answer["horizon"] for c in columns):
+        return False
+    return all(a <= b for low, high in zip(columns, columns[1:]) for a, b in zip(low, high))
 
 
 def send(ts: TorchServe, model: str, case: Case, settings: Optional[HandlerSettings] = None) -> Outcome:

@@ -10,11 +10,13 @@ from typing import Dict
 from handlers.errors import ConfigError
 from handlers.families.base import Family
 from handlers.families.causal_lm import CausalLM
+from handlers.families.forecaster import QuantileForecaster
 from handlers.families.image_classifier import ImageClassifier
 from handlers.families.tensor import TensorModel
 from handlers.families.text_embedder import TextEmbedder
 
-FAMILIES: Dict[str, type] = {family.name: family for family in (ImageClassifier, TextEmbedder, TensorModel, CausalLM)}
+FAMILIES: Dict[str, type] = {family.name: family for family in (ImageClassifier, TextEmbedder, TensorModel, CausalLM,
+                                                             QuantileForecaster)}
 
 
 def family_class(name: str) -> type:

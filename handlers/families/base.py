@@ -52,6 +52,12 @@ class Family:
     def collate(self, items: Sequence[Any]) -> Inputs:
         raise NotImplementedError
 
+    def model_inputs(self, batch: Any) -> Tuple[torch.Tensor, ...]:
+        """The model's forward arguments from what `collate` or `example_batch` returned. A family
+        whose answers depend on per-request options collates them beside its tensors and hands
+        `postprocess` the whole batch (handlers/families/forecaster.py)."""
+        return batch if isinstance(batch, tuple) else (batch,)
+
     def postprocess(self, outputs: torch.Tensor, inputs: Inputs) -> List[Any]:
         """One JSON-ready answer per item of the batch."""
         raise NotImplementedError

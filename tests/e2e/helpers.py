@@ -67,9 +67,16 @@ def assert_same_answer(model: str, one, other, label: str = "") -> None:
 
 def assert_same_answer_family(family: str, one, other, label: str = "") -> None:
     """Two answers to one request agree: classes in the same order with probabilities within 1e-3,
-    embeddings at cosine >= 0.9999, raw outputs within 1e-3 (relative)."""
+    embeddings at cosine >= 0.9999, raw outputs within 1e-3 (relative), forecasts within 1e-5 with the
+    same alerts."""
     if family == "text_embedder":
         assert cosine(np.asarray(one["embedding"]), np.asarray(other["embedding"])) >= 0.9999, label
+    elif family == "quantile_forecaster":
+        assert len(one.get("series", [one])) == len(other.get("series", [other])), label
+        for a, b in zip(one.get("series", [one]), other.get("series", [other])):
+            assert a["alerts"] == b["alerts"] and list(a["quantiles"]) == list(b["quantiles"]), label
+            np.testing.assert_allclose(list(a["quantiles"].values()), list(b["quantiles"].values()), rtol=1e-5,
+                                       err_msg=label)
     elif "outputs" in one:
         np.testing.assert_allclose(one["outputs"], other["outputs"], rtol=1e-3, atol=1e-4, err_msg=label)
     elif "class" in one:

@@ -5,7 +5,8 @@
         case.family, case.body, case.content_type, case.valid, case.expected
 
 Cases are written per family (handlers/families) and go to every served model of that family; a
-tensor model's are made from its declared shape, dtype and range (tensors.py).
+tensor model's are made from its declared shape, dtype and range (tensors.py), a forecaster's from
+its window, horizon and limits (forecasts.py).
 
 Hand-written cases (benchmarks/reliability/corpus/images.py, texts.py) say why they exist in their names; generated
 ones (generated.py) come from a fixed seed. Valid edge cases (greyscale, CMYK, alpha, 16-bit, 1x1,
@@ -19,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from benchmarks.reliability.corpus import generated, images, tensors, texts
+from benchmarks.reliability.corpus import forecasts, generated, images, tensors, texts
 from benchmarks.reliability.corpus.case import (
+    FORECASTER,
     FRONTEND,
     HANDLER,
     IMAGE,
@@ -34,7 +36,7 @@ from benchmarks.reliability.corpus.case import (
 DEFAULT_MAX_REQUEST_BYTES = 6_553_500
 
 __all__ = ["Case", "family_cases", "server_cases", "HANDLER", "FRONTEND", "IMAGE", "TEXT", "TENSOR",
-           "DEFAULT_MAX_REQUEST_BYTES"]
+           "FORECASTER", "DEFAULT_MAX_REQUEST_BYTES"]
 
 
 def family_cases(family: str, settings: Any = None) -> List[Case]:
@@ -42,6 +44,8 @@ def family_cases(family: str, settings: Any = None) -> List[Case]:
     own); `settings`: the model's family settings (a tensor model's cases are made from them)."""
     if family == TENSOR:
         return tensors.cases(settings)
+    if family == FORECASTER:
+        return forecasts.cases(settings)
     hand = {IMAGE: images.cases, TEXT: texts.cases}.get(family)
     if hand is None:
         return []

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from handlers.families.forecaster import QuantileForecaster
 from handlers.families.image_classifier import ImageClassifier
 from handlers.families.tensor import TensorModel
 from handlers.families.text_embedder import TextEmbedder
 
 # Cases are written for a family (handlers/families) and sent to every served model of it.
-IMAGE, TEXT, TENSOR = ImageClassifier.name, TextEmbedder.name, TensorModel.name
+IMAGE, TEXT, TENSOR, FORECASTER = ImageClassifier.name, TextEmbedder.name, TensorModel.name, QuantileForecaster.name
 HANDLER = "handler"
 FRONTEND = "frontend"
 
