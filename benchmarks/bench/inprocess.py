@@ -8,8 +8,8 @@ the naive path, eager with the family's settings, and every variant of the catal
 (build/variants.py; one the accuracy gate rejected is listed as skipped), each also against the
 entry's default variant.
 The naive path is fp32 eager with the family's naive settings (full-size image decoding; text
-padded to max_length 128, as TorchServe's text examples do). Writes
-benchmarks/reports/inprocess-<time>/ (JSON + a bar plot).
+padded to max_length 128, as TorchServe's text examples do; forecasts post-processed by a Python
+loop per value). Writes benchmarks/reports/inprocess-<time>/ (report.md, JSON, a bar plot).
 """
 
 from __future__ import annotations
@@ -192,8 +192,28 @@ def write_report(results: Dict[str, List[Measurement]], args: argparse.Namespace
         "results": {model: [asdict(row) for row in rows] for model, rows in results.items()},
     }
     (folder / "report.json").write_text(json.dumps(report, indent=2))
+    (folder / "report.md").write_text(markdown(results, report))
     plot(results, folder / "throughput.png", args)
     return folder
+
+
+def markdown(results: Dict[str, List[Measurement]], report: dict) -> str:
+    """One table per model: items/s, the ratios, and where a batch's time goes (the handler's stage metrics)."""
+    lines = [f"# In-process handler throughput ({time.strftime('%Y-%m-%d %H:%M')})", "",
+             f"`{report['command']}`: {report['threads']} intra-op thread(s), {report['seconds_per_variant']} s per "
+             "row, whole handler (decode + collate + model + post-processing + JSON), no server.", "",
+             "![throughput](throughput.png)", ""]
+    for model, rows in results.items():
+        lines += [f"## {model}", "", "| setting | batch | items/s | vs naive | vs default | pre ms | model ms | "
+                  "post ms (per batch) |", "|---|---|---|---|---|---|---|---|"]
+        for row in rows:
+            stage = [row.stage_ms_per_batch.get(f"Handler{name}Ms") for name in ("Preprocess", "Inference",
+                                                                                "Postprocess")]
+            vs_default = f"{row.ratio_to_default:.2f}x" if row.ratio_to_default else ""
+            lines.append(f"| {row.variant} | {row.batch_size} | {row.items_per_s:.1f} | {row.ratio_to_naive:.2f}x | "
+                         f"{vs_default} | " + " | ".join("" if v is None else f"{v:.2f}" for v in stage) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def plot(results: Dict[str, List[Measurement]], path: Path, args) -> None:

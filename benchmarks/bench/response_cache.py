@@ -2,7 +2,9 @@
 Zipf-distributed workload (s = 1.1 over 1,000 distinct inputs) and on all-distinct inputs (what the
 cache costs when it never hits). One server, the archive with `response_cache` on; "without" sends
 the same requests with `Cache-Control: no-cache` (no key, no lookup, nothing stored), and the two arms
-alternate at every concurrency level, so a slow spell of the machine falls on both.
+alternate at every concurrency level, so a slow spell of the machine falls on both. The cost on
+all-distinct inputs is then measured again as throughput at one concurrency, over several
+alternating pairs, since a capacity read off a p99 crossing moves with the noise of one point.
 
     python -m benchmarks.bench.response_cache --model minilm
 
@@ -18,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import yaml
@@ -76,9 +78,9 @@ def payloads(template: dict, field: str, texts: Sequence[str], headers=()) -> Li
 
 
 def sweep(target: Target, workload: Dict[str, List[Payload]], levels: Sequence[int], rule: StabilityRule,
-          window_s: float, distinct: bool) -> Dict[str, List[dict]]:
+          window_s: float, distinct: bool) -> Tuple[Dict[str, List[dict]], int]:
     """Both arms at each level, alternating which goes first. All-distinct workloads never reuse an
-    input: each point starts where the last one stopped."""
+    input: each point starts where the last one stopped. Returns the points and the inputs used."""
     out: Dict[str, List[dict]] = {arm: [] for arm in workload}
     offset = 0
     for i, level in enumerate(levels):
@@ -96,6 +98,26 @@ def sweep(target: Target, workload: Dict[str, List[Payload]], levels: Sequence[i
                              "errors": figures["errors"], "stable": figures["stable"]})
             log(f"  {arm}, concurrency {level}: {figures['throughput_rps']:.1f} req/s, "
                 f"p99 {figures['latency_ms']['p99_ms']:.1f} ms ({figures['requests']} requests)")
+    return out, offset
+
+
+def paired_peak(target: Target, workload: Dict[str, List[Payload]], level: int, pairs: int, offset: int,
+                rule: StabilityRule, window_s: float) -> List[dict]:
+    """All-distinct inputs at one concurrency past the knee, the arms alternating `pairs` times (each
+    pair in the other order than the last): the cache's cost on throughput, with its spread."""
+    out = []
+    for i in range(pairs):
+        pair = {}
+        for arm in (list(workload) if i % 2 == 0 else list(workload)[::-1]):
+            result = closed_loop(target, workload[arm][offset:], level, rule, window_s, progress=log)
+            offset += len(result.samples)
+            if offset >= len(workload[arm]):
+                raise SystemExit("error: the all-distinct workload ran out of inputs: raise --distinct")
+            pair[arm] = round(result.figures()["throughput_rps"], 1)
+        pair["ratio"] = round(pair["cache"] / pair["no_cache"], 4)
+        log(f"  pair {i + 1}/{pairs} at concurrency {level}: cache {pair['cache']} / no cache {pair['no_cache']} "
+            f"req/s = {pair['ratio']:.3f}")
+        out.append(pair)
     return out
 
 
@@ -111,6 +133,8 @@ def main(argv=None) -> int:
     parser.add_argument("--zipf-s", type=float, default=1.1)
     parser.add_argument("--distinct", type=int, default=60_000, help="inputs available to the all-distinct workload")
     parser.add_argument("--window-s", type=float, default=3.0)
+    parser.add_argument("--pairs", type=int, default=8, help="alternating all-distinct pairs at --pair-level")
+    parser.add_argument("--pair-level", type=int, default=8, help="closed-loop concurrency of those pairs")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--max-mib", type=float, default=64)
@@ -128,6 +152,8 @@ def main(argv=None) -> int:
     # All distinct: pairs of sentences, none of them the Zipf universe's, never sent twice.
     rest = pool[args.universe:]
     distinct = [f"{rest[i % len(rest)]} {rest[(i // len(rest)) % len(rest)]}" for i in range(args.distinct)]
+    distinct_workload = {"cache": payloads(template, field, distinct),
+                         "no_cache": payloads(template, field, distinct, NO_CACHE)}
     rule = StabilityRule()
     when = time.strftime("%Y%m%d-%H%M%S")
     report = {"model": args.model, "when": when, "slo_ms": slo_ms, "levels": levels, "universe": args.universe,
@@ -140,11 +166,12 @@ def main(argv=None) -> int:
         with TorchServe(Path(tmp), models=settings, load=(args.model,)) as server:
             target = Target.for_model(server.client.endpoints.inference, args.model, server.client.tokens.inference)
             log(f"all-distinct inputs: cache vs no-cache, levels {levels}")
-            report["distinct"] = sweep(target, {"cache": payloads(template, field, distinct),
-                                                "no_cache": payloads(template, field, distinct, NO_CACHE)},
-                                       levels, rule, args.window_s, distinct=True)
+            report["distinct"], sent = sweep(target, distinct_workload, levels, rule, args.window_s, distinct=True)
+            log(f"all-distinct inputs: {args.pairs} alternating pairs at concurrency {args.pair_level}")
+            report["distinct_pairs"] = paired_peak(target, distinct_workload, args.pair_level, args.pairs, sent, rule,
+                                                   args.window_s)
             log(f"Zipf s={args.zipf_s} over {args.universe} inputs: cache vs no-cache, levels {levels}")
-            report["zipf"] = sweep(target, {"cache": payloads(template, field, zipf),
+            report["zipf"], _ = sweep(target, {"cache": payloads(template, field, zipf),
                                             "no_cache": payloads(template, field, zipf, NO_CACHE)},
                                    levels, rule, args.window_s, distinct=False)
             report["metrics"] = {name: server_total(server, name, args.model)
@@ -154,6 +181,9 @@ def main(argv=None) -> int:
         figures = {arm: capacity(points, slo_ms) for arm, points in report[workload].items()}
         figures["ratio"] = round(figures["cache"] / figures["no_cache"], 2) if figures["no_cache"] else None
         report[f"{workload}_capacity_rps"] = figures
+    ratios = [p["ratio"] for p in report["distinct_pairs"]]
+    report["distinct_pair_ratio"] = {"median": round(float(np.median(ratios)), 4), "min": min(ratios),
+                                     "max": max(ratios), "level": args.pair_level}
     folder = args.out / f"response-cache-{args.model}-{when}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -185,6 +215,13 @@ def markdown(report: dict) -> str:
                          f"{off['p99_ms']} |")
         lines += ["", f"Capacity at the SLO: cache {cap['cache']} req/s, no cache {cap['no_cache']} req/s: "
                       f"**{cap['ratio']}x**.", ""]
+    pr = report["distinct_pair_ratio"]
+    lines += [f"## All-distinct inputs, throughput at concurrency {pr['level']}, arms alternating", "",
+              "| pair | cache req/s | no cache req/s | cache / no cache |", "|---|---|---|---|"]
+    lines += [f"| {i + 1} | {p['cache']} | {p['no_cache']} | {p['ratio']:.3f} |"
+              for i, p in enumerate(report["distinct_pairs"])]
+    lines += ["", f"Median ratio **{pr['median']:.3f}** (range {pr['min']:.3f}-{pr['max']:.3f} over "
+                  f"{len(report['distinct_pairs'])} pairs).", ""]
     lines += [f"Server counters at the end: {report['metrics']}.", "", "![capacity](capacity.png)", ""]
     return "\n".join(lines)
 
@@ -195,7 +232,15 @@ def plot(report: dict, folder: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    ratios = [p["ratio"] for p in report["distinct_pairs"]]
+    axes[2].bar(range(1, len(ratios) + 1), ratios, color="#2ca02c")
+    axes[2].axhline(1.0, color="grey", linewidth=0.8)
+    axes[2].axhline(0.97, color="red", linewidth=0.8, linestyle="--", label="3% slower")
+    axes[2].set_ylim(min(0.85, min(ratios) - 0.02), max(1.15, max(ratios) + 0.02))
+    axes[2].set_xlabel("alternating pair")
+    axes[2].set_title(f"all-distinct, cache / no cache at concurrency {report['distinct_pair_ratio']['level']}")
+    axes[2].legend()
     for ax, workload in zip(axes, ("zipf", "distinct")):
         for arm, style in (("cache", "o-"), ("no_cache", "s--")):
             points = report[workload][arm]
