@@ -121,6 +121,28 @@ def paired_peak(target: Target, workload: Dict[str, List[Payload]], level: int, 
     return out
 
 
+def cache_cost(model: str, bodies: Sequence[bytes], answer: bytes, max_mib: float) -> dict:
+    """What the cache adds to a request that never hits, in this process: its key (the canonical
+    body's blake2b), a lookup and storing the answer, with evictions once full; microseconds each."""
+    from handlers.response_cache import (
+        ResponseCache,
+        ResponseCacheSettings,
+        request_key,
+    )
+
+    runs = []
+    for _ in range(5):
+        cache = ResponseCache(ResponseCacheSettings(max_mib=max_mib, max_entries=100_000))
+        started = time.perf_counter()
+        for body in bodies:
+            key = request_key(model, "1.0", "", body, "application/json")
+            if cache.get(key) is None:
+                cache.put(key, answer)
+        runs.append((time.perf_counter() - started) / len(bodies) * 1e6)
+    return {"us_per_request": round(float(np.median(runs)), 2), "runs_us": [round(r, 2) for r in runs],
+            "requests": len(bodies), "answer_bytes": len(answer)}
+
+
 def capacity(points: List[dict], slo_ms: float) -> float:
     return max((p["throughput_rps"] for p in points if p["p99_ms"] <= slo_ms and not p["errors"]), default=0.0)
 
@@ -131,7 +153,7 @@ def main(argv=None) -> int:
     parser.add_argument("--levels", default="1,2,4,8,16", help="closed-loop concurrencies")
     parser.add_argument("--universe", type=int, default=1000, help="distinct inputs of the Zipf workload")
     parser.add_argument("--zipf-s", type=float, default=1.1)
-    parser.add_argument("--distinct", type=int, default=60_000, help="inputs available to the all-distinct workload")
+    parser.add_argument("--distinct", type=int, default=200_000, help="inputs available to the all-distinct workload")
     parser.add_argument("--window-s", type=float, default=3.0)
     parser.add_argument("--pairs", type=int, default=8, help="alternating all-distinct pairs at --pair-level")
     parser.add_argument("--pair-level", type=int, default=8, help="closed-loop concurrency of those pairs")
@@ -165,6 +187,7 @@ def main(argv=None) -> int:
                                                   min_workers=args.workers, max_workers=args.workers)}
         with TorchServe(Path(tmp), models=settings, load=(args.model,)) as server:
             target = Target.for_model(server.client.endpoints.inference, args.model, server.client.tokens.inference)
+            answer = server.predict(args.model, distinct_workload["cache"][-1].body, "application/json").content
             log(f"all-distinct inputs: cache vs no-cache, levels {levels}")
             report["distinct"], sent = sweep(target, distinct_workload, levels, rule, args.window_s, distinct=True)
             log(f"all-distinct inputs: {args.pairs} alternating pairs at concurrency {args.pair_level}")
@@ -177,6 +200,9 @@ def main(argv=None) -> int:
             report["metrics"] = {name: server_total(server, name, args.model)
                                  for name in ("ResponseCacheHits", "ResponseCacheMisses", "ResponseCacheEvictions",
                                               "ResponseCacheBytes")}
+    report["cost"] = cache_cost(args.model, [p.body for p in distinct_workload["cache"][:10_000]], answer, args.max_mib)
+    best = max(p["throughput_rps"] for p in report["distinct"]["no_cache"])  # one request's worker time, from it:
+    report["cost"]["share_of_service"] = report["cost"]["us_per_request"] / (args.workers / best * 1e6)
     for workload in ("zipf", "distinct"):
         figures = {arm: capacity(points, slo_ms) for arm, points in report[workload].items()}
         figures["ratio"] = round(figures["cache"] / figures["no_cache"], 2) if figures["no_cache"] else None
@@ -222,6 +248,11 @@ def markdown(report: dict) -> str:
               for i, p in enumerate(report["distinct_pairs"])]
     lines += ["", f"Median ratio **{pr['median']:.3f}** (range {pr['min']:.3f}-{pr['max']:.3f} over "
                   f"{len(report['distinct_pairs'])} pairs).", ""]
+    cost = report["cost"]
+    lines += [f"The cache's own work per request, in-process ({cost['requests']} distinct bodies, "
+              f"{cost['answer_bytes']}-byte answers): **{cost['us_per_request']} us** (key + lookup + store; "
+              f"runs {cost['runs_us']}). At the no-cache arm's best throughput per worker that is "
+              f"{cost['share_of_service']:.2%} of a request's worker time.", ""]
     lines += [f"Server counters at the end: {report['metrics']}.", "", "![capacity](capacity.png)", ""]
     return "\n".join(lines)
 
