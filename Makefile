@@ -52,16 +52,16 @@ WITH_JAVA = JAVA_HOME=$$($(PY) -m benchmarks.serving.java) || exit 1; export JAV
 build: $(STAMP)
 	$(PY) -m build
 
-# --ts-config + --ncs: this file is what runs (no logs/config snapshot replaces it on restart).
-# TS_CONFIG_FILE names the same file: TorchServe reads it first, and the workers read their thread
-# plan (the tuner's "threads" per model) from it (handlers/plan.py).
+# --ts-config + --ncs: this file is what runs (no logs/config snapshot replaces it on restart); the
+# workers find it through the frontend's command line and read their thread plan from it
+# (handlers/frontend.py, handlers/plan.py). An inherited TS_CONFIG_FILE would win over --ts-config: unset.
 # The JVM's console output goes to logs/console.log; the real logs are logs/ts_log.log, model_log.log.
 # One shell line, so the Java resolved once serves both --start and the --stop after a failed wait.
 serve: build
 	@mkdir -p logs
 	@$(PY) -m benchmarks.serving.serve_wait --check
-	@$(WITH_JAVA) export TS_CONFIG_FILE=$(abspath config.properties); \
-	 echo "+ JAVA_HOME=$$JAVA_HOME TS_CONFIG_FILE=$$TS_CONFIG_FILE $(TS) --start --model-store model_store --ts-config config.properties --ncs"; \
+	@$(WITH_JAVA) unset TS_CONFIG_FILE; \
+	 echo "+ JAVA_HOME=$$JAVA_HOME $(TS) --start --model-store model_store --ts-config config.properties --ncs"; \
 	 $(TS) --start --model-store model_store --ts-config config.properties --ncs > logs/console.log 2>&1 \
 	   || { tail -n 20 logs/console.log >&2; exit 1; }; \
 	 $(PY) -m benchmarks.serving.serve_wait || { $(TS) --stop; exit 1; }

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from handlers import kserve, plan, runtime
+from handlers import frontend, kserve, plan, runtime
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
@@ -76,8 +76,7 @@ class Handler:
         self.device = runtime.choose_device(props.get("gpu_id"))
         self.max_batch_size = int(props.get("batch_size") or 1)
         workers = runtime.sibling_worker_count()
-        planned = plan.planned_threads(self.model_name, _model_version(context))
-        self.threads, threads_from = runtime.thread_budget(rt, planned, workers, runtime.usable_cores())
+        self.threads, threads_from = self._thread_budget(context, yaml_config)
         runtime.apply_threads(self.threads, rt.interop_threads)
         runtime.configure_cuda(rt, self.device)
         # TorchScript archives were traced under their precision: the casts are already in the graph;
@@ -117,6 +116,29 @@ class Handler:
             self.settings.variant or "-", self.device, self.threads,
             threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
         )
+
+    def _thread_budget(self, context, yaml_config: Dict[str, Any]) -> Tuple[int, str]:
+        """Threads from the configuration the frontend started from, however it was started."""
+        server = frontend.find_frontend()
+        source = frontend.locate(server) if server is not None else None
+        version = _model_version(context)
+        planned = plan.planned_threads(source, self.model_name, version)
+        if source is None:  # in-process, not under TorchServe: this model has the cores to itself
+            workers: Optional[int] = runtime.sibling_worker_count()
+        else:
+            own = yaml_config.get("minWorkers")
+            loaded = plan.loaded_workers(source, self.model_name, own if isinstance(own, int) else None)
+            workers = loaded.total
+            warning = plan.snapshot_warning(source)
+            if warning:
+                log.warning("%s: %s", self.model_name, warning)
+            if planned is None and self.settings.runtime.threads is None:
+                log.warning("%s: no thread plan for version %s in %s; %s. %s", self.model_name, version,
+                            source.describe(), loaded.unknown or f"sharing the cores among {workers} workers",
+                            plan.FIX)
+        threads, reason = runtime.thread_budget(self.settings.runtime, planned, workers, runtime.usable_cores())
+        where = source.describe() if source is not None else "not under TorchServe"
+        return threads, f"{reason}; config {where}"
 
     def _session_label(self) -> str:
         if not isinstance(self.model, OnnxModule):

@@ -55,15 +55,18 @@ def _is_worker_in(process: psutil.Process, cwd: str) -> bool:
         return False
 
 
-def thread_budget(settings: RuntimeSettings, planned: Optional[int], workers: int, cores: int) -> tuple[int, str]:
+def thread_budget(settings: RuntimeSettings, planned: Optional[int], workers: Optional[int], cores: int) -> tuple[int, str]:
     """Intra-op threads per worker and where the number came from: the archive's setting, the
     server's written plan (handlers/plan.py: it counts every model on the cores), or, with neither,
-    the cores shared among this model's own workers (it then assumes no other model computes)."""
+    the cores shared among all the server's workers. `workers` is None where that count is unknown:
+    one thread then, since more could oversubscribe the cores."""
     if settings.threads is not None:
         return settings.threads, "runtime.threads"
     if planned is not None:
         return planned, "plan"
-    return max(1, cores // max(1, workers)), "cores/workers (no plan)"
+    if workers is None:
+        return 1, "no plan, worker count unknown"
+    return max(1, cores // max(1, workers)), f"{cores} cores / {workers} workers (no plan)"
 
 
 def apply_threads(intra_op: int, inter_op: int) -> None:

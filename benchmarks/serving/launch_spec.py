@@ -4,6 +4,7 @@ config.properties into the server's own (ports, model store, models=, extra prop
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -21,6 +22,35 @@ from benchmarks.serving.ts_config import (
 # Set only when the base config leaves them out. Keys expire after 60 min by default in 0.12: a
 # long benchmark or tuning run on one server would start failing with InvalidKeyException.
 LAUNCHER_DEFAULTS = MappingProxyType({"token_expiration_min": "1440"})
+
+
+class StartCommand(Enum):
+    """How `torchserve --start` is told its configuration, run in the server's working directory.
+
+    LAUNCHER is ours: the file by absolute path, no snapshots. The others are how users start it
+    from the repository root (README): TorchServe then reads ./config.properties (TS_CONFIG: named,
+    PLAIN: found, unless a logs/config snapshot wins; PLAIN_NCS: found, no snapshots).
+    """
+
+    LAUNCHER = "launcher"
+    TS_CONFIG = "ts-config"
+    PLAIN = "plain"
+    PLAIN_NCS = "plain-ncs"
+
+    def args(self, model_store: Path, config: Path) -> tuple[str, ...]:
+        if self is StartCommand.LAUNCHER:
+            return ("--model-store", str(model_store), "--ts-config", str(config), "--ncs")
+        named = ("--ts-config", config.name) if self is StartCommand.TS_CONFIG else ()
+        ncs = ("--ncs",) if self is StartCommand.PLAIN_NCS else ()
+        return ("--model-store", LOCAL_STORE, *named, *ncs)
+
+    def shell(self) -> str:
+        """The command as a user types it in the repository root."""
+        return "torchserve --start " + " ".join(self.args(Path(LOCAL_STORE), Path("config.properties")))
+
+
+# The model store as a user's folder has it, next to config.properties (a link to the real one).
+LOCAL_STORE = "model_store"
 
 
 def frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -45,6 +75,14 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=frozen)
     start_timeout_s: float = 300.0
     keep_workdir: bool = False
+    command: StartCommand = StartCommand.LAUNCHER
+    # Start in this folder and keep it (a restart then sees what the last run left, snapshots
+    # included); None: a fresh temp folder. A base_config that is this folder's config.properties
+    # is served as it is, ports included.
+    workdir: Path | None = None
+
+    def serves_folder_as_is(self) -> bool:
+        return self.workdir is not None and self.base_config == (self.workdir / "config.properties").resolve()
 
     def entries(self, base: ServerConfig) -> tuple[ModelEntry, ...]:
         """The models= entries to write: the base's, with `models` swapped in, limited to `load`."""

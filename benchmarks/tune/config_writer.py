@@ -13,6 +13,10 @@ Refusal: a model-config.yaml inside a model's archive that sets frontend keys (b
 maxBatchDelay, minWorkers, maxWorkers, responseTimeout) overrides config.properties, so writing
 tuned values there would change nothing the server does: the writer refuses and says which
 archive and keys are to blame.
+
+Snapshots: a plain `torchserve --start` (no --ts-config, no --ncs) loads the newest snapshot in
+logs/config/ instead of config.properties, so a re-tuned file would silently lose to the old
+values. Writing the file removes the snapshots a start from its folder would load.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -277,10 +282,31 @@ def check_archives(archives: Mapping[str, Path]) -> None:
             "again.")
 
 
+SNAPSHOT_NAME = re.compile(r"^\d{17}-.*\.cfg$")  # TorchServe's <yyyyMMddHHmmssSSS>-<kind>.cfg
+
+
+def snapshot_folder(config: Path, environ: Mapping[str, str] = os.environ) -> Path:
+    """Where a `torchserve --start` run from the config's folder keeps its snapshots."""
+    return Path(config).resolve().parent / environ.get("LOG_LOCATION", "logs") / "config"
+
+
+def remove_snapshots(config: Path, environ: Mapping[str, str] = os.environ) -> Tuple[Path, ...]:
+    """Delete the snapshots that would replace `config` on a plain start; the removed paths."""
+    folder = snapshot_folder(config, environ)
+    try:
+        stale = tuple(sorted(f for f in folder.iterdir() if f.is_file() and SNAPSHOT_NAME.match(f.name)))
+    except OSError:
+        return ()
+    for snapshot in stale:
+        snapshot.unlink()
+    return stale
+
+
 def write_config(path: Path, updates: Sequence[Update], records: Sequence[Provenance] = (),
                  archives: Optional[Mapping[str, Path]] = None,
                  rewrite_text: Optional[Callable[[str], str]] = None) -> str:
-    """Check the archives, rewrite `path` in place (atomically) and return the new text.
+    """Check the archives, rewrite `path` in place (atomically), remove the TorchServe snapshots that
+    would replace it on a plain start, and return the new text.
     `rewrite_text`: the new text from the old (default: `rewrite` with these updates and records)."""
     if archives is not None:
         check_archives(archives)
@@ -299,4 +325,8 @@ def write_config(path: Path, updates: Sequence[Update], records: Sequence[Proven
     tmp = path.with_name(f".{path.name}.tuner-tmp")
     tmp.write_text(new, encoding="utf-8", newline="")
     os.replace(tmp, path)
+    removed = remove_snapshots(path)
+    if removed:
+        print(f"[tune] removed {len(removed)} TorchServe snapshot(s) from {removed[0].parent}: a plain "
+              f"`torchserve --start` would have loaded them instead of the new {path.name}", file=sys.stderr)
     return new

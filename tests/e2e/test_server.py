@@ -112,8 +112,9 @@ def test_prometheus_metrics(server, model):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_worker_threads_follow_the_written_plan(server, root_config, model):
-    """config.properties' "threads" per model (the mix tuner's plan) is what every worker runs:
-    the launcher names the file in TS_CONFIG_FILE, as `make serve` and the image do."""
+    """config.properties' "threads" per model (the mix tuner's plan) is what every worker runs: the
+    launcher passes the file with --ts-config, as `make serve` does (tests/e2e/test_plan_holds.py
+    starts TorchServe the other ways)."""
     planned = root_config.model(model).settings.threads if model in root_config.model_names else None
     if planned is None:
         pytest.skip(f"{model} has no thread plan in config.properties")

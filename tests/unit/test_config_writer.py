@@ -20,6 +20,7 @@ from benchmarks.tune.config_writer import (
     check_archives,
     find_stanza,
     rewrite,
+    snapshot_folder,
     write_config,
 )
 from benchmarks.tune.errors import ConfigWriteError
@@ -173,3 +174,23 @@ def test_real_archives_carry_no_frontend_keys(model_store):
     names = Catalogue.load(CATALOGUE).names
     assert names
     check_archives({name: model_store / f"{name}.mar" for name in names})
+
+
+def test_writing_removes_the_snapshots_a_plain_start_would_load_instead(tmp_path, capsys):
+    """`torchserve --start` without --ts-config/--ncs loads the newest logs/config snapshot over the file."""
+    path = tmp_path / "config.properties"
+    path.write_text(SAMPLE, encoding="utf-8")
+    snapshots = tmp_path / "logs" / "config"
+    snapshots.mkdir(parents=True)
+    stale = [snapshots / "20261123100000000-startup.cfg", snapshots / "20261123110000000-shutdown.cfg"]
+    kept = snapshots / "notes.txt"
+    for file in (*stale, kept):
+        file.write_text("models={}\n", encoding="utf-8")
+    write_config(path, [Update("minilm", ModelSettings(batch_size=4, threads=1))])
+    assert not any(f.exists() for f in stale) and kept.exists()
+    assert "removed 2 TorchServe snapshot(s)" in capsys.readouterr().err
+
+
+def test_snapshots_follow_log_location(tmp_path):
+    folder = snapshot_folder(tmp_path / "config.properties", {"LOG_LOCATION": "elsewhere"})
+    assert folder == tmp_path.resolve() / "elsewhere" / "config"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.serving.errors import ConfigError
-from benchmarks.serving.launch_spec import absolute_log_config
+from benchmarks.serving.launch_spec import StartCommand, absolute_log_config
 from benchmarks.serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from benchmarks.serving.ts_config import ModelSettings, ServerConfig
 
@@ -34,3 +34,18 @@ def test_a_zero_batch_delay_is_refused():
     with pytest.raises(ConfigError, match="max_batch_delay_ms must be >= 1"):
         ModelSettings(batch_size=4, max_batch_delay_ms=0)
     assert ModelSettings(batch_size=4, max_batch_delay_ms=1).max_batch_delay_ms == 1
+
+
+@pytest.mark.parametrize("command, shell", [
+    (StartCommand.LAUNCHER, "torchserve --start --model-store model_store --ts-config config.properties --ncs"),
+    (StartCommand.TS_CONFIG, "torchserve --start --model-store model_store --ts-config config.properties"),
+    (StartCommand.PLAIN, "torchserve --start --model-store model_store"),
+    (StartCommand.PLAIN_NCS, "torchserve --start --model-store model_store --ncs"),
+])
+def test_start_commands_are_the_ones_users_type(command, shell):
+    assert command.shell() == shell
+
+
+def test_the_launchers_own_command_names_absolute_paths(tmp_path):
+    args = StartCommand.LAUNCHER.args(tmp_path / "store", tmp_path / "config.properties")
+    assert args == ("--model-store", str(tmp_path / "store"), "--ts-config", str(tmp_path / "config.properties"), "--ncs")

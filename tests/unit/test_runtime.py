@@ -9,13 +9,18 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("threads, workers, cores, expected", [(None, 1, 2, 2), (None, 2, 2, 1), (None, 3, 2, 1),
-                                                                (None, 2, 16, 8), (3, 2, 2, 3)])
+                                                                (None, 5, 2, 1), (None, 2, 16, 8), (3, 2, 2, 3)])
 def test_thread_budget_never_oversubscribes_by_default(threads, workers, cores, expected):
+    """`workers` counts every loaded model's workers: five on two cores get one thread each."""
     assert runtime.thread_budget(RuntimeSettings(threads=threads), None, workers, cores)[0] == expected
 
 
+def test_thread_budget_with_an_unknown_worker_count_takes_one_thread():
+    assert runtime.thread_budget(RuntimeSettings(), None, None, 16) == (1, "no plan, worker count unknown")
+
+
 @pytest.mark.parametrize("setting, planned, expected", [(None, 1, (1, "plan")), (3, 1, (3, "runtime.threads")),
-                                                         (None, None, (2, "cores/workers (no plan)"))])
+                                                         (None, None, (2, "2 cores / 1 workers (no plan)"))])
 def test_thread_budget_follows_the_written_plan(setting, planned, expected):
     """The plan beats the cores/workers rule (other models share the cores); an explicit setting beats both."""
     assert runtime.thread_budget(RuntimeSettings(threads=setting), planned, 1, 2) == expected
