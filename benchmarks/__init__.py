@@ -1,13 +1,12 @@
 """Measuring tools around TorchServe, one wing per tool; dependencies run one way:
 
-    tune -> bench -> load -> serving        reliability -> load -> serving
+    tune -> bench -> load        reliability -> load        (each wing may use serving/ and below)
 
-serving/      drive one TorchServe: launcher, config.properties, REST client, logs, metrics
-load/         load generation (closed and open loop) and its statistics
+load/         load generation (closed and open loop), its statistics, process and Prometheus readings
 bench/        one model: served vs the in-process limit vs the stock baseline, report + plots
 tune/         search -> write config.properties (models=) -> verify
 reliability/  bad input, faults, overload, soak, security
 
-`handlers/` and `build/` import nothing from here. Every error raised on purpose is a
-`benchmarks.serving.errors.LauncherError`.
+The servers come from serving/ (the package that starts and drives TorchServe). `handlers/`,
+`build/` and `serving/` import nothing from here.
 """

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.serving.repo import REPO_ROOT
+from serving.repo import REPO_ROOT
 from deployment import image, inputs, k8s, kserve, plan, validate
 from deployment.errors import DeployError
 

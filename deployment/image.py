@@ -7,8 +7,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Tuple
 
-from benchmarks.serving.properties import format_properties
-from benchmarks.serving.ts_config import format_models
+from serving.properties import format_properties
+from serving.ts_config import format_models
 from deployment.inputs import Inputs
 from deployment.layout import HOME, IMAGE, KEY_FILE, PROBE, UID, USER, Layout
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Tuple
 
-from benchmarks.serving.errors import ConfigError
-from benchmarks.serving.ts_config import ModelEntry, ServerConfig
+from serving.errors import ConfigError
+from serving.ts_config import ModelEntry, ServerConfig
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix.record import MixRecord, read_mix
 from deployment.errors import DeployError

@@ -13,7 +13,7 @@ from typing import Callable, List
 import jsonschema
 import yaml
 
-from benchmarks.serving.ts_config import ServerConfig
+from serving.ts_config import ServerConfig
 from deployment.errors import DeployError, ValidationFailed
 
 KUBERNETES_VERSION = "1.33.0"

@@ -1,7 +1,7 @@
 """Read Java `.properties` files (the format of TorchServe's config.properties).
 
 In the handler package because a worker reads its thread plan from the server's config.properties
-(handlers/plan.py); benchmarks/serving/properties.py adds the writer.
+(handlers/plan.py); serving/properties.py adds the writer.
 
 Only what TorchServe's `java.util.Properties.load` understands and we need: `#`/`!` comments,
 `key=value` / `key: value` / `key value`, backslash line continuation (leading whitespace of the

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.serving.repo import MODEL_STORE, REPO_ROOT
+from serving.repo import MODEL_STORE, REPO_ROOT
 
 
 @pytest.fixture(scope="session")

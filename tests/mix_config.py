@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from benchmarks.serving.properties import read
-from benchmarks.serving.ts_config import ModelEntry, ModelSettings, format_models
+from serving.properties import read
+from serving.ts_config import ModelEntry, ModelSettings, format_models
 from benchmarks.tune.mix.record import MixRecord, ModelShare
 
 # name -> (share, slo_ms, workers, threads, batch, delay_ms)

@@ -33,9 +33,9 @@ from typing import Optional, Sequence
 from benchmarks.load.capacity import REFERENCE_WINDOW_S
 from benchmarks.load.runner import LoadPlan, ServerRun
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving.errors import BenchmarkError, LauncherError
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import (
+from serving.errors import BenchmarkError, LauncherError
+from serving.launcher import TorchServe
+from serving.repo import (
     CATALOGUE,
     DEFAULT_CONFIG,
     MODEL_STORE,
@@ -43,7 +43,7 @@ from benchmarks.serving.repo import (
     REPORTS,
     shown,
 )
-from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+from serving.ts_config import ModelSettings, ServerConfig
 from build.errors import BuildError
 
 # The benchmark reads /metrics: Prometheus format, and our handlers' counters picked up unannounced.
@@ -243,7 +243,7 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
     """Our handler's batched throughput in this process, no server; measured again (after a wait
     for a quiet machine, with --wait-quiet) when other processes were busy meanwhile."""
     from benchmarks.bench.inprocess import extracted_archive, run_variant
-    from benchmarks.serving import resources
+    from benchmarks.load import resources
 
     progress(f"[in-process] {cfg.model}: batch {cfg.settings.batch_size}, {threads} threads, "
              f"{cfg.inprocess_s:g} s")
@@ -308,7 +308,7 @@ def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
 def run(cfg: BenchConfig) -> Path:
     from benchmarks.bench import report
     from benchmarks.bench.baseline.archive import NoBaseline
-    from benchmarks.serving import resources
+    from benchmarks.load import resources
 
     waits = {}
 

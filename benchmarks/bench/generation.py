@@ -20,23 +20,18 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from benchmarks.bench.bare_context import FakeContext
+from serving.fake_context import FakeContext
+from benchmarks.bench import generation_features as features
+from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.bench.inprocess import extracted_archive
-from benchmarks.load.generation import GenerationResult, Generators, generate
-from benchmarks.load.stats import percentile
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import MODEL_STORE, REPORTS, shown
-from benchmarks.serving.ts_config import ModelSettings
+from benchmarks.load.generation import Generators
+from serving.errors import BenchmarkError
+from serving.launcher import TorchServe
+from serving.repo import MODEL_STORE, REPORTS, shown
+from serving.ts_config import ModelSettings
 
-PLAIN = {"speculation": "off", "prefix_cache_mib": 0}  # the settings of issue 16's comparisons
-PROMPTS = ["The for statement is used to", "A class definition defines", "When a name is not found",
-           "The import statement", "Exceptions are raised when", "An object is",
-           "The with statement is used to", "Assignment statements are used to"]
-
-
-def log(message: str) -> None:
-    print(f"[generation-bench] {message}", file=sys.stderr, flush=True)
+# The KV cache and continuous batching compared alone: speculation and the prefix cache have their own rows.
+PLAIN = {"speculation": "off", "prefix_cache_mib": 0}
 
 
 # ---- in-process ----------------------------------------------------------------------------------
@@ -71,9 +66,7 @@ def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
             engine.generate(requests)
             batch[str(size)] = round(size * new_tokens / (time.perf_counter() - started), 1)
         threads = handler.threads
-        from benchmarks.bench.generation_further import inprocess_speculation
-
-        speculation = inprocess_speculation(handler, model_dir, new_tokens, repeats)
+        speculation = features.inprocess_speculation(handler, model_dir, new_tokens, repeats)
     kv, recompute = statistics.median(rates["kv_cache"]), statistics.median(rates["recompute"])
     return {"new_tokens": new_tokens, "threads": threads, "repeats": repeats,
             "kv_cache_tokens_per_s": [round(x, 1) for x in rates["kv_cache"]],
@@ -83,50 +76,6 @@ def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
 
 
 # ---- served --------------------------------------------------------------------------------------
-def body(i: int, new_tokens: int) -> dict:
-    return {"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": new_tokens, "ignore_eos": True}
-
-
-def throughput(server: TorchServe, model: str, clients: int, new_tokens: int, rounds: int,
-               timeout_s: float = 300.0) -> dict:
-    """`clients` closed-loop clients, each generating `new_tokens` tokens `rounds` times."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def client(c: int) -> List[GenerationResult]:
-        return [generate(server.client, model, body(c + i, new_tokens), timeout_s=timeout_s) for i in range(rounds)]
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        done = [r for batch in pool.map(client, range(clients)) for r in batch]
-    wall = time.perf_counter() - started
-    failed = [r for r in done if not r.ok]
-    if failed:
-        raise BenchmarkError(f"{len(failed)} generation request(s) failed: {failed[0].status} {failed[0].error}")
-    tokens = sum(r.generated_tokens for r in done)
-    return {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
-            "tokens_per_s": round(tokens / wall, 1),
-            "ttft_p50_ms": round(1000 * percentile(sorted(r.ttft_s for r in done), 50), 1),
-            "ttft_p99_ms": round(1000 * percentile(sorted(r.ttft_s for r in done), 99), 1),
-            "inter_chunk_p99_ms": round(1000 * percentile(sorted(g for r in done for g in r.gaps_s), 99), 2)}
-
-
-def probes(server: TorchServe, model: str, count: int) -> List[GenerationResult]:
-    """Short streamed requests, one after another."""
-    out = []
-    for i in range(count):
-        result = generate(server.client, model, {"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": 4})
-        if not result.ok:
-            raise BenchmarkError(f"probe failed: {result.status} {result.error}")
-        out.append(result)
-    return out
-
-
-def ttft_figures(results: List[GenerationResult]) -> dict:
-    values = sorted(1000 * r.ttft_s for r in results)
-    return {"count": len(values), "p50_ms": round(percentile(values, 50), 2), "p90_ms": round(percentile(values, 90), 2),
-            "p99_ms": round(percentile(values, 99), 2), "max_ms": round(values[-1], 2), "values_ms": [round(v, 2) for v in values]}
-
-
 def ttft_experiment(server: TorchServe, model: str, args) -> dict:
     """Short requests on the idle server and with clients-1 long generations running, in alternating
     blocks (so a slow spell of a shared machine falls on both), --probes of each in all."""
@@ -149,11 +98,9 @@ def ttft_experiment(server: TorchServe, model: str, args) -> dict:
 
 
 def served(model: str, args) -> dict:
-    from benchmarks.bench.generation_further import with_settings
-
     out = {}
     with tempfile.TemporaryDirectory(prefix="genbench-plain-") as tmp:
-        with_settings(MODEL_STORE / f"{model}.mar", Path(tmp), model, PLAIN)
+        features.with_settings(MODEL_STORE / f"{model}.mar", Path(tmp), model, PLAIN)
         for label, batch in (("batch_size_1", 1), ("continuous", args.clients)):
             settings = {model: ModelSettings(batch_size=batch, max_batch_delay_ms=1)}
             log(f"served, {label}: TorchServe with batchSize {batch}, continuous batching, 1 worker")
@@ -167,24 +114,6 @@ def served(model: str, args) -> dict:
     out["continuous_over_batch_1"] = round(out["continuous"]["tokens_per_s"] / out["batch_size_1"]["tokens_per_s"], 2)
     out["ttft_busy_over_idle_p99"] = round(out["ttft_busy"]["p99_ms"] / out["ttft_idle"]["p99_ms"], 2)
     return out
-
-
-def further_markdown(report: dict) -> List[str]:
-    from benchmarks.bench.generation_further import markdown as lines
-
-    return lines(report)
-
-
-def further_plots(report: dict, folder: Path) -> None:
-    from benchmarks.bench.generation_further import plots as draw
-
-    draw(report, folder)
-
-
-def served_further(model: str, args) -> dict:
-    from benchmarks.bench.generation_further import served as run
-
-    return run(model, args)
 
 
 # ---- report --------------------------------------------------------------------------------------
@@ -228,7 +157,7 @@ def markdown(report: dict) -> str:
         "![TTFT](ttft.png)",
         "![tokens/s](tokens.png)",
         "",
-        *further_markdown(report),
+        *features.markdown(report),
     ])
 
 
@@ -264,9 +193,7 @@ def plots(report: dict, folder: Path) -> None:
 
 
 def add_arguments(parser) -> None:
-    from benchmarks.bench.generation_further import add_arguments as add
-
-    add(parser)
+    features.add_arguments(parser)
 
 
 def main(argv=None) -> int:
@@ -290,7 +217,7 @@ def main(argv=None) -> int:
               "inprocess": inprocess(args.model, args.inprocess_tokens, args.repeats)}
     try:
         report["served"] = served(args.model, args)
-        report["further"] = served_further(args.model, args)
+        report["further"] = features.served(args.model, args)
     except BenchmarkError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -299,7 +226,7 @@ def main(argv=None) -> int:
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (folder / "report.md").write_text(markdown(report))
     plots(report, folder)
-    further_plots(report, folder)
+    features.plots(report, folder)
     log(f"report: {shown(folder / 'report.md')}")
     print(markdown(report))
     return 0

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.load.inputs import worker_requests
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT, REPORTS
+from serving.errors import BenchmarkError
+from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT, REPORTS
 from build.catalogue import Catalogue
 from build.errors import BuildError
 from handlers.families import family_class
@@ -91,7 +91,7 @@ def extracted_archive(model: str, variant: Optional[str], into: Path) -> Path:
 def extracted_variant(model: str, variant: Optional[str], into: Path) -> Tuple[Optional[Path], Optional[str]]:
     """(the extracted archive or None when the gate rejected it, the gate's verdict): a catalogue
     variant from model_store (built if stale), or one built on the side (the eager rows)."""
-    from benchmarks.bench.bare_context import extract
+    from serving.fake_context import extract
     from build.archive import build_entry
 
     catalogue = Catalogue.load(CATALOGUE)
@@ -140,7 +140,7 @@ def measure(handler, context, requests: Sequence[Tuple[Any, str]], batch_size: i
 
 def run_variant(model: str, model_dir: Path, overrides: dict, batch_size: int, threads: int,
                 seconds: float) -> Measurement:
-    from benchmarks.bench.bare_context import FakeContext
+    from serving.fake_context import FakeContext
 
     overrides = {**overrides, "runtime": {**overrides.get("runtime", {}), "threads": threads, "warmup": False}}
     context = FakeContext(model_dir, model, batch_size=batch_size, handler_overrides=overrides)
@@ -181,7 +181,7 @@ def run(models: List[str], batch_sizes: Sequence[int], threads: int, seconds: fl
 
 
 def write_report(results: Dict[str, List[Measurement]], args: argparse.Namespace) -> Path:
-    from benchmarks.serving.environment import describe_environment
+    from benchmarks.load.environment import describe_environment
 
     folder = REPORTS / f"inprocess-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)

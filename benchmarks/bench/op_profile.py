@@ -21,8 +21,8 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.repo import CATALOGUE, REPORTS, shown
+from serving.errors import BenchmarkError
+from serving.repo import CATALOGUE, REPORTS, shown
 from build.catalogue import Catalogue
 from build.errors import BuildError
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
 from benchmarks.load.runner import ServerRun, summary
-from benchmarks.serving.resources import NOISY_OTHERS_PCT
+from benchmarks.load.resources import NOISY_OTHERS_PCT
 
 CSV_COLUMNS = (
     "server", "mode", "level", "stable", "windows", "seconds", "requests", "ok", "errors", "unanswered", "nominal_rps",
@@ -194,7 +194,7 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
           inprocess: dict, conditions: dict, command: str, slo_ms: float, smoke: bool = False,
           ceiling: Optional[Mapping[int, ServerRun]] = None) -> Path:
     from benchmarks.bench import plots, served_path, targets
-    from benchmarks.serving.environment import describe_environment
+    from benchmarks.load.environment import describe_environment
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = Path(out_root) / f"{model}{'-smoke' if smoke else ''}-{stamp}"

@@ -28,9 +28,9 @@ import yaml
 from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.load.loadgen import LoadResult, Payload, Target, closed_loop
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPORTS, shown
-from benchmarks.serving.ts_config import ModelSettings
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE, REPORTS, shown
+from serving.ts_config import ModelSettings
 
 NO_CACHE = (("Cache-Control", "no-cache"),)
 
@@ -221,7 +221,7 @@ def main(argv=None) -> int:
 
 
 def server_total(server, name: str, model: str) -> float:
-    from benchmarks.serving.server_metrics import Scrape
+    from benchmarks.load.server_metrics import Scrape
 
     return Scrape.of(server.metrics_text()).total(name, model)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional
 
 from benchmarks.load.runner import LoadPlan, ServerRun, peak, run_server
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.ts_config import ModelSettings
+from serving.launcher import TorchServe
+from serving.ts_config import ModelSettings
 
 Progress = Callable[[str], None]
 CEILING_BATCH_SIZES = (1, 8)

@@ -12,7 +12,7 @@ from typing import Callable, List, Mapping, Optional
 
 import requests
 
-from benchmarks.serving.client import Client
+from serving.client import Client
 
 
 @dataclass(frozen=True)

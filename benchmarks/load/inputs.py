@@ -8,8 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
+from serving.errors import BenchmarkError
+from serving.repo import CATALOGUE, REPO_ROOT
 from build.catalogue import Catalogue
 from build.examples import Example, Request, worker_input
 

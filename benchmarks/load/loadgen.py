@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from benchmarks.load import inputs, stats
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
-from benchmarks.serving.errors import BenchmarkError
+from serving.errors import BenchmarkError
 
 Probe = Callable[[], Any]
 Progress = Callable[[str], None]

@@ -18,7 +18,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 from benchmarks.load import loadgen, stats
 from benchmarks.load.capacity import kept_up
 from benchmarks.load.loadgen import LoadResult, Payload
-from benchmarks.serving.errors import BenchmarkError
+from serving.errors import BenchmarkError
 
 # The search's "SLO": every model's p99 divided by its own target.
 NORMALISED_SLO = 1.0

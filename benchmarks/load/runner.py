@@ -15,9 +15,9 @@ from benchmarks.load import loadgen, stats
 from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate, kept_up
 from benchmarks.load.loadgen import LoadResult, Payload, Target
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving import resources, server_metrics
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.launcher import TorchServe
+from benchmarks.load import resources, server_metrics
+from serving.errors import BenchmarkError
+from serving.launcher import TorchServe
 from build.catalogue import FRONTEND_KEYS
 
 Progress = Callable[[str], None]

@@ -22,9 +22,9 @@ from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from benchmarks.load import loadgen, stats
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.resources import FRONTEND, OTHERS, WORKERS, ProcessGroups, usage
+from serving.errors import BenchmarkError
+from serving.launcher import TorchServe
+from benchmarks.load.resources import FRONTEND, OTHERS, WORKERS, ProcessGroups, usage
 
 REQUEST_TIMEOUT_S = 60.0
 

@@ -23,9 +23,9 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from benchmarks.load.traffic import capacity, say
 from benchmarks.reliability import badinput, faults, overload, security, soak
 from benchmarks.reliability.findings import Findings, table
-from benchmarks.serving.errors import LauncherError
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPORTS
+from serving.errors import LauncherError
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE, REPORTS
 from build.catalogue import Catalogue
 
 

@@ -31,10 +31,10 @@ from benchmarks.reliability.corpus import (
     family_cases,
     server_cases,
 )
-from benchmarks.serving import ts_logs
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
-from benchmarks.serving.server_metrics import BATCHES, Scrape
+from serving import ts_logs
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE
+from benchmarks.load.server_metrics import BATCHES, Scrape
 from build.catalogue import Catalogue
 from build.export import served_settings
 from handlers.settings import HandlerSettings

@@ -36,9 +36,9 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
+from serving.errors import BenchmarkError
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE
 from build.catalogue import Catalogue
 
 RECOVERY_LIMIT_S = 180.0

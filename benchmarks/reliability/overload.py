@@ -29,9 +29,9 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
-from benchmarks.serving.resources import FRONTEND, WORKERS
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE
+from benchmarks.load.resources import FRONTEND, WORKERS
 from build.catalogue import Catalogue
 
 # Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the

@@ -24,9 +24,9 @@ import requests
 
 from benchmarks.load.traffic import payloads, say
 from benchmarks.reliability.corpus.case import IMAGE
-from benchmarks.serving import properties
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
+from serving import properties
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
 from build.catalogue import Catalogue
 
 ADDRESS_KEYS = ("inference_address", "management_address", "metrics_address")

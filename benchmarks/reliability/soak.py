@@ -38,10 +38,10 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
-from benchmarks.serving import properties
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS
-from benchmarks.serving.resources import FRONTEND, WORKERS
+from serving import properties
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS
+from benchmarks.load.resources import FRONTEND, WORKERS
 from build.catalogue import Catalogue
 
 GROWTH_LIMIT_PCT = 5.0

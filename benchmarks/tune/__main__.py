@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from benchmarks.serving import processes
-from benchmarks.serving.errors import LauncherError
-from benchmarks.serving.repo import (
+from serving import processes
+from serving.errors import LauncherError
+from serving.repo import (
     CATALOGUE,
     DEFAULT_CONFIG,
     MODEL_STORE,

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from benchmarks.serving import properties
-from benchmarks.serving.ts_config import TUNED_KEYS, ModelSettings
+from serving import properties
+from serving.ts_config import TUNED_KEYS, ModelSettings
 from benchmarks.tune.errors import ConfigWriteError
 from handlers.plan import THREADS_KEY
 

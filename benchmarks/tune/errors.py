@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.serving.errors import BenchmarkError
+from serving.errors import BenchmarkError
 
 
 class TuneError(BenchmarkError):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
-from benchmarks.serving import resources
+from benchmarks.load import resources
 from benchmarks.tune.service_model import FitPoint
 
 Progress = Callable[[str], None]
@@ -48,7 +48,7 @@ def inprocess_fit(plan: FitPlan, progress: Progress) -> Dict:
 
     With plan.wait_quiet_s, a measurement during which other processes took more than half a core is
     repeated once the machine is quiet again (waiting is not counted in "seconds")."""
-    from benchmarks.bench.bare_context import FakeContext
+    from serving.fake_context import FakeContext
     from benchmarks.bench.inprocess import extracted_archive, measure
     from benchmarks.load.inputs import worker_requests
     from handlers.handler import Handler

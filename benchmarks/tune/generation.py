@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from benchmarks.bench.generation import throughput
-from benchmarks.serving.environment import cpu_model
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import shown
-from benchmarks.serving.ts_config import ModelSettings
+from benchmarks.bench.generation_probes import throughput
+from benchmarks.load.environment import cpu_model
+from serving.launcher import TorchServe
+from serving.repo import shown
+from serving.ts_config import ModelSettings
 from benchmarks.tune.config_writer import Provenance, Update, write_config
 from benchmarks.tune.errors import TuneError
 

@@ -17,8 +17,8 @@ from typing import Callable, Dict, List, Optional
 from benchmarks.load import loadgen, runner
 from benchmarks.load.capacity import kept_up
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving import resources, server_metrics
-from benchmarks.serving.launcher import TorchServe
+from benchmarks.load import resources, server_metrics
+from serving.launcher import TorchServe
 from benchmarks.tune.fit import NOISY_OTHERS_PCT
 from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate

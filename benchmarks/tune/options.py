@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional, Tuple
 
 from benchmarks.load.capacity import RateSettings
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving.repo import REPO_ROOT, shown
+from serving.repo import REPO_ROOT, shown
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.measure import LoadSettings
 from benchmarks.tune.search import SearchSettings

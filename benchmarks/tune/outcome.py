@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
-from benchmarks.serving.errors import LauncherError
-from benchmarks.serving.repo import shown
-from benchmarks.serving.ts_config import ServerConfig
+from serving.errors import LauncherError
+from serving.repo import shown
+from serving.ts_config import ServerConfig
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.config_writer import Provenance, Update, find_stanza, write_config
 from benchmarks.tune.measure import ServePlan

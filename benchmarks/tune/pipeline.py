@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from benchmarks.serving import resources
-from benchmarks.serving.environment import describe_environment
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT, shown
+from benchmarks.load import resources
+from benchmarks.load.environment import describe_environment
+from serving.repo import CATALOGUE, REPO_ROOT, shown
 from benchmarks.tune import report, variants
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.config_writer import check_archives

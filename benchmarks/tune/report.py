@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from benchmarks.serving.repo import shown
+from serving.repo import shown
 from benchmarks.tune.judge import HeadToHead
 from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.results import CandidateResult, best_of

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional, Tuple
 
-from benchmarks.serving.ts_config import ModelSettings
+from serving.ts_config import ModelSettings
 from benchmarks.tune.errors import TuneError
 
 MAX_BATCH_SIZE = 32

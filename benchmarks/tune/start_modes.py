@@ -23,10 +23,10 @@ from typing import Mapping
 from benchmarks.load import loadgen, runner
 from benchmarks.load.mix import Mix, MixPoint, mixed_payloads
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving import resources
-from benchmarks.serving.launcher import StartCommand, TorchServe
-from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS, shown
-from benchmarks.serving.ts_config import ServerConfig
+from benchmarks.load import resources
+from serving.launcher import StartCommand, TorchServe
+from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS, shown
+from serving.ts_config import ServerConfig
 from benchmarks.tune.config_writer import Update, write_config
 from benchmarks.tune.mix.record import read_mix
 from build.catalogue import Catalogue

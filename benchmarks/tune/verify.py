@@ -18,7 +18,7 @@ from typing import Callable, Optional, Tuple
 
 from benchmarks.load.capacity import REFERENCE_WINDOW_S, RateSettings, find_max_rate
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving.repo import shown
+from serving.repo import shown
 from benchmarks.tune.measure import ServedMeasurer, ServePlan
 from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate

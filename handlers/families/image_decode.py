@@ -10,15 +10,13 @@ import io
 import math
 import struct
 import zlib
-from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
 from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
+from handlers.families.image_settings import ImageSettings
 
-if TYPE_CHECKING:  # the settings class lives with the family, which imports this module
-    from handlers.families.image_classifier import ImageSettings
 
 FORMATS = ("JPEG", "PNG")
 # Everything PIL raises for a corrupt or truncated file, found by fuzzing its JPEG/PNG readers.

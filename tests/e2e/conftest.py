@@ -3,7 +3,7 @@ serving every catalogue model (the list comes from catalogue.yaml: a new model i
 
 Package scope: the one server lives while tests/e2e runs and is stopped before tests/unit starts.
 
-Started through benchmarks.serving.launcher (the same launcher the benchmarks and the tuner use): temp
+Started through serving.launcher (the same launcher the benchmarks and the tuner use): temp
 working directory, free loopback ports, token auth on, always stopped.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE
-from benchmarks.serving.ts_config import ServerConfig
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE
+from serving.ts_config import ServerConfig
 from build.catalogue import Catalogue
 
 # The request/response models, which the repository's config.properties serves together; generating

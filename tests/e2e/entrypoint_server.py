@@ -20,11 +20,11 @@ from typing import Mapping, Sequence
 
 import requests
 
-from benchmarks.serving import java, processes
-from benchmarks.serving.client import Client, Endpoints, Tokens
-from benchmarks.serving.errors import ApiError, LauncherError
-from benchmarks.serving.properties import format_properties, read
-from benchmarks.serving.ts_config import ServerConfig
+from serving import java, processes
+from serving.client import Client, Endpoints, Tokens
+from serving.errors import ApiError, LauncherError
+from serving.properties import format_properties, read
+from serving.ts_config import ServerConfig
 
 
 def rewrite_config(src: Path, dest: Path, prefix: str, root: Path) -> ServerConfig:

@@ -15,9 +15,9 @@ from PIL import Image
 
 from benchmarks.load.inputs import requests as example_requests
 from benchmarks.reliability.corpus import HANDLER, Case, family_cases
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
-from benchmarks.serving.server_metrics import BATCHES, Scrape
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE
+from benchmarks.load.server_metrics import BATCHES, Scrape
 from build.catalogue import Catalogue
 from build.examples import Example, expected_top1, worker_input
 from build.export import served_settings
@@ -89,7 +89,7 @@ def assert_same_answer_family(family: str, one, other, label: str = "") -> None:
 
 def inprocess_answers(model: str, requests_: list[Request], tmp: Path, store: Path = MODEL_STORE) -> list[dict]:
     """The same archive the server runs, its handler in this process, one request at a time."""
-    from benchmarks.bench.bare_context import FakeContext, extract
+    from serving.fake_context import FakeContext, extract
     from handlers.handler import Handler
 
     model_dir = extract(store / f"{model}.mar", tmp / model)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from benchmarks.serving import ts_logs
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.ts_config import ModelSettings
+from serving import ts_logs
+from serving.launcher import TorchServe
+from serving.ts_config import ModelSettings
 from tests.e2e.conftest import MODELS
 from tests.e2e.helpers import (
     Request,

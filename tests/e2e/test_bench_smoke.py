@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from benchmarks.bench.baseline.archive import missing_baseline
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
-from benchmarks.serving.resources import NOISY_OTHERS_PCT
+from serving.repo import CATALOGUE, REPO_ROOT
+from benchmarks.load.resources import NOISY_OTHERS_PCT
 from build.catalogue import Catalogue
 from tests.e2e.conftest import MODELS
 

@@ -15,7 +15,7 @@ import pytest
 import requests
 import yaml
 
-from benchmarks.serving.client import Tokens
+from serving.client import Tokens
 from deployment import __main__ as cli
 from deployment.image import INIT
 from deployment.layout import HOME, KSERVE

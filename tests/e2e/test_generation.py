@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from benchmarks.load.generation import generate
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.server_metrics import Scrape
-from benchmarks.serving.ts_config import ModelSettings
+from serving.launcher import TorchServe
+from benchmarks.load.server_metrics import Scrape
+from serving.ts_config import ModelSettings
 
 pytestmark = pytest.mark.e2e
 

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import requests
 
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.ts_config import ModelSettings
+from serving.launcher import TorchServe
+from serving.ts_config import ModelSettings
 from tests.e2e.helpers import assert_same_answer_family, batches_since, formed_batches
 
 pytestmark = pytest.mark.e2e

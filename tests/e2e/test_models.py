@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
+from serving.repo import CATALOGUE, REPO_ROOT
 from build.catalogue import Catalogue
 from build.sources import HuggingFaceFolder
 from tests.e2e.conftest import MODELS

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from benchmarks.load.inputs import photo_bytes
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import REPO_ROOT
+from serving.launcher import TorchServe
+from serving.repo import REPO_ROOT
 from tests.e2e.helpers import (
     assert_bad_request,
     assert_same_answer_family,

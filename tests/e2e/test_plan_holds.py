@@ -28,9 +28,9 @@ import pytest
 from benchmarks.load import loadgen, runner
 from benchmarks.load.mix import Mix, mixed_payloads, mixed_point
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving.launcher import StartCommand, TorchServe
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE
-from benchmarks.serving.ts_config import ServerConfig
+from serving.launcher import StartCommand, TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE
+from serving.ts_config import ServerConfig
 from benchmarks.tune.config_writer import Update, write_config
 from build.catalogue import Catalogue
 from handlers import frontend

@@ -7,10 +7,10 @@ import time
 import pytest
 
 from benchmarks.load.inputs import requests as example_requests
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
-from benchmarks.serving.server_metrics import BATCHES, ITEMS, STAGE_COUNTERS, Scrape
-from benchmarks.serving.ts_config import ModelSettings
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
+from benchmarks.load.server_metrics import BATCHES, ITEMS, STAGE_COUNTERS, Scrape
+from serving.ts_config import ModelSettings
 from build.archive import build_entry
 from build.catalogue import Catalogue
 

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.load.traffic import capacity
 from benchmarks.reliability import badinput, faults, overload, security, soak
-from benchmarks.serving.launcher import TorchServe
+from serving.launcher import TorchServe
 from tests.e2e.conftest import MODELS
 
 pytestmark = pytest.mark.e2e

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from benchmarks.bench.response_cache import with_cache
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.server_metrics import Scrape
-from benchmarks.serving.ts_config import ModelSettings
+from serving.launcher import TorchServe
+from benchmarks.load.server_metrics import Scrape
+from serving.ts_config import ModelSettings
 
 pytestmark = pytest.mark.e2e
 

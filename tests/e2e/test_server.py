@@ -8,8 +8,8 @@ import pytest
 import requests
 
 from benchmarks.load.runner import worker_threads
-from benchmarks.serving.server_metrics import REQUESTS, Scrape
-from benchmarks.serving.ts_config import ModelEntry, ModelSettings
+from benchmarks.load.server_metrics import REQUESTS, Scrape
+from serving.ts_config import ModelEntry, ModelSettings
 from tests.e2e.conftest import MODELS
 from tests.e2e.helpers import answered, examples_of
 

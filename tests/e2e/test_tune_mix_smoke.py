@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from benchmarks.serving import properties
-from benchmarks.serving.repo import DEFAULT_CONFIG, REPO_ROOT
-from benchmarks.serving.ts_config import parse_models
+from serving import properties
+from serving.repo import DEFAULT_CONFIG, REPO_ROOT
+from serving.ts_config import parse_models
 from benchmarks.tune.mix.record import read_mix
 
 pytestmark = pytest.mark.e2e

@@ -15,9 +15,9 @@ import sys
 
 import pytest
 
-from benchmarks.serving import properties
-from benchmarks.serving.repo import DEFAULT_CONFIG, REPO_ROOT
-from benchmarks.serving.ts_config import ServerConfig
+from serving import properties
+from serving.repo import DEFAULT_CONFIG, REPO_ROOT
+from serving.ts_config import ServerConfig
 from benchmarks.tune.config_writer import find_stanza
 from tests.e2e.conftest import MODELS
 

@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, REPO_ROOT
 from build import export, gate
 from build.archive import stage_files
 from build.catalogue import Catalogue

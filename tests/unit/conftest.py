@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.bench.bare_context import FakeContext, extract
-from benchmarks.serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
+from serving.fake_context import FakeContext, extract
+from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
 from build.archive import build_entry
 from build.catalogue import Catalogue
 from handlers.handler import Handler

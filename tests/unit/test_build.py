@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from benchmarks.serving.repo import CATALOGUE
+from serving.repo import CATALOGUE
 from build.__main__ import main as build_main
 from build.archive import archived_frontend_keys
 from tests.references import CAT_LABELS, decoded
@@ -120,7 +120,7 @@ def test_unknown_model_name_is_refused(tmp_path, capsys):
 
 
 def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
-    from benchmarks.bench.bare_context import extract
+    from serving.fake_context import extract
 
     from .conftest import make_handler
 
@@ -153,7 +153,7 @@ TENSOR_SETTINGS = {"tensor": {"shape": [4], "output": "softmax_topk", "top_k": 2
 def test_torchscript_and_exported_sources(tmp_path, capsys, kind):
     """A TorchScript file is served as it is; a torch.export program is loaded at build time only and
     traced: both answer in-process as the original module does."""
-    from benchmarks.bench.bare_context import extract
+    from serving.fake_context import extract
 
     from .conftest import make_handler
 

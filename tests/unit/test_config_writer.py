@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.serving import properties
-from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG
-from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+from serving import properties
+from serving.repo import CATALOGUE, DEFAULT_CONFIG
+from serving.ts_config import ModelSettings, ServerConfig
 from benchmarks.tune.config_writer import (
     HEADER,
     Provenance,

@@ -21,7 +21,7 @@ from benchmarks.reliability.corpus import (
     family_cases,
     server_cases,
 )
-from benchmarks.serving.repo import CATALOGUE
+from serving.repo import CATALOGUE
 from build.catalogue import Catalogue
 from build.examples import worker_input
 from tests.references import decoded

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.serving.repo import REPO_ROOT
+from serving.repo import REPO_ROOT
 from deployment import __main__ as cli
 from deployment import plan, validate
 from deployment.errors import DeployError, ValidationFailed

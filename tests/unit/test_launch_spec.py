@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.serving.errors import ConfigError
-from benchmarks.serving.launch_spec import StartCommand, absolute_log_config
-from benchmarks.serving.repo import DEFAULT_CONFIG, REPO_ROOT
-from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+from serving.errors import ConfigError
+from serving.launch_spec import StartCommand, absolute_log_config
+from serving.repo import DEFAULT_CONFIG, REPO_ROOT
+from serving.ts_config import ModelSettings, ServerConfig
 
 
 def test_the_shipped_config_points_at_the_shipped_log4j2_file():

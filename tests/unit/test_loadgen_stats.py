@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.load import loadgen, stats
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
-from benchmarks.serving import server_metrics
+from benchmarks.load import server_metrics
 
 pytestmark = pytest.mark.unit
 
@@ -274,7 +274,7 @@ def test_open_loop_drain_is_bounded(local_target):
 
 
 def test_process_usage_and_the_rest_of_the_machine():
-    from benchmarks.serving import resources
+    from benchmarks.load import resources
 
     before = resources.Reading(10.0, {"frontend": 1.0, "workers": 5.0, "machine": 100.0},
                                {"frontend": 0, "workers": 0, "machine": 0})

@@ -11,9 +11,9 @@ import pytest
 from benchmarks.load.capacity import RateSettings, find_max_rate
 from benchmarks.load.loadgen import Payload
 from benchmarks.load.mix import NORMALISED_SLO, Mix, MixPoint, mixed_payloads
-from benchmarks.serving import properties
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.ts_config import ModelSettings, parse_models
+from serving import properties
+from serving.errors import BenchmarkError
+from serving.ts_config import ModelSettings, parse_models
 from benchmarks.tune.config_writer import Update
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix.measure import Capacity
@@ -183,7 +183,7 @@ def test_a_file_without_a_mix_record_has_none(tmp_path: Path):
 
 
 def test_alone_capacity_comes_from_a_per_model_tune_never_from_a_mix_share(tmp_path: Path):
-    from benchmarks.serving.ts_config import ServerConfig
+    from serving.ts_config import ServerConfig
     from benchmarks.tune.mix.pipeline import SHARE_NOTE, alone_values
 
     lines = ["# tuned text: 2026-11-23 02:19 UTC, SLO p99 <= 50 ms: batchSize 6, maxBatchDelay 1 ms, 2 workers x 1 thread",

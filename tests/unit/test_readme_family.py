@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.serving.repo import REPO_ROOT
+from serving.repo import REPO_ROOT
 from handlers.errors import BadInput, ConfigError
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from benchmarks.serving.repo import REPO_ROOT
+from serving.repo import REPO_ROOT
 from benchmarks.tune.__main__ import parser
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.options import TuneOptions, record_of

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from benchmarks.serving.repo import REPORTS
+from serving.repo import REPORTS
 from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.pipeline import tune_model
 

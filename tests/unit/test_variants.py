@@ -10,9 +10,9 @@ import pytest
 import torch
 import yaml
 
-from benchmarks.serving.errors import ConfigError as ServingConfigError
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
-from benchmarks.serving.ts_config import startup_archives
+from serving.errors import ConfigError as ServingConfigError
+from serving.repo import CATALOGUE, REPO_ROOT
+from serving.ts_config import startup_archives
 from benchmarks.tune.config_writer import Update, rewrite
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.variants import choose, eligible
@@ -173,8 +173,8 @@ def test_keep_fp32_names_must_exist(tmp_path):
 
 # -- config.properties and the tuner ------------------------------------------------------------
 def test_the_chosen_variant_is_what_load_models_and_marname_name():
-    from benchmarks.serving import properties
-    from benchmarks.serving.ts_config import ModelSettings
+    from serving import properties
+    from serving.ts_config import ModelSettings
 
     shipped = (REPO_ROOT / "config.properties").read_text()
     text = rewrite(shipped, [Update("minilm", ModelSettings(batch_size=4, max_batch_delay_ms=2),

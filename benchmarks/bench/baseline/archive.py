@@ -17,8 +17,8 @@ from typing import Dict, Optional
 
 import torch
 
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT
+from serving.errors import BenchmarkError
+from serving.repo import CATALOGUE, REPO_ROOT
 from build.catalogue import Catalogue, ModelEntry
 from build.export import served_settings
 from build.sources import HuggingFaceFolder, PythonSource

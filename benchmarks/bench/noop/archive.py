@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from benchmarks.serving.errors import BenchmarkError
+from serving.errors import BenchmarkError
 
 HANDLER = Path(__file__).resolve().parent / "handler.py"
 

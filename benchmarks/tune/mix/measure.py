@@ -19,9 +19,9 @@ from benchmarks.load.mix import (
     window_for,
 )
 from benchmarks.load.stats import StabilityRule
-from benchmarks.serving import resources
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.ts_config import ModelSettings
+from benchmarks.load import resources
+from serving.launcher import TorchServe
+from serving.ts_config import ModelSettings
 from benchmarks.tune.measure import METRICS_PROPERTIES
 
 Progress = Callable[[str], None]

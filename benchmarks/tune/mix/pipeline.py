@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 from benchmarks.load.mix import Mix
-from benchmarks.serving.environment import describe_environment
-from benchmarks.serving.repo import CATALOGUE, REPO_ROOT, shown
-from benchmarks.serving.ts_config import ModelSettings, ServerConfig
+from benchmarks.load.environment import describe_environment
+from serving.repo import CATALOGUE, REPO_ROOT, shown
+from serving.ts_config import ModelSettings, ServerConfig
 from benchmarks.tune.config_writer import Provenance, Update
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix import report

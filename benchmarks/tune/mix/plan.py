@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, Iterator, Mapping, Sequence, Tuple
 
 from benchmarks.load.mix import Mix
-from benchmarks.serving.ts_config import ModelSettings
+from serving.ts_config import ModelSettings
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.space import Candidate
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
-from benchmarks.serving.ts_config import ModelSettings
+from serving.ts_config import ModelSettings
 from benchmarks.tune.mix.measure import Capacity
 from benchmarks.tune.mix.record import MixRecord
 from benchmarks.tune.mix.search import Tried

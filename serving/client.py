@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import requests
 
-from benchmarks.serving.errors import ApiError, LauncherError
+from serving.errors import ApiError, LauncherError
 
 Body = bytes | str | Mapping[str, Any]
 

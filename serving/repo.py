@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = REPO_ROOT / "catalogue.yaml"
 MODEL_STORE = REPO_ROOT / "model_store"
 DEFAULT_CONFIG = REPO_ROOT / "config.properties"

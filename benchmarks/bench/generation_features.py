@@ -1,4 +1,4 @@
-"""The generation benchmark's second half (issue 17), in the same report as generation.py's:
+"""The generation benchmark's engine features, in the same report as generation.py's:
 speculative decoding off / with the draft model / by prompt lookup (in-process, one sequence; then
 served, at 1, 2 and 8 concurrent sequences), the prefix cache (time to first token for a 1,000-token
 shared prefix, hit vs miss) and priorities (time to first token per class with the server saturated
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Dict, List
 
 from benchmarks.bench.archive_settings import with_handler_settings
-from benchmarks.bench.generation import PROMPTS, log, probes, throughput, ttft_figures
+from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.load.generation import Generators, generate
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.launcher import TorchServe
-from benchmarks.serving.repo import MODEL_STORE
-from benchmarks.serving.ts_config import ModelSettings
+from serving.errors import BenchmarkError
+from serving.launcher import TorchServe
+from serving.repo import MODEL_STORE
+from serving.ts_config import ModelSettings
 
 MODES = ("off", "draft", "lookup")
 PRIORITY_PROBES = 50  # per class and block

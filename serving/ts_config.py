@@ -20,8 +20,8 @@ from types import MappingProxyType
 from typing import Mapping, Sequence, Tuple
 from urllib.parse import urlsplit
 
-from benchmarks.serving import properties
-from benchmarks.serving.errors import ConfigError
+from serving import properties
+from serving.errors import ConfigError
 from build.catalogue import FRONTEND_KEYS
 from handlers.plan import THREADS_KEY
 

@@ -7,7 +7,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from benchmarks.serving.repo import REPO_ROOT
+from serving.repo import REPO_ROOT
 
 
 def cpu_model() -> str:

@@ -9,9 +9,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from benchmarks.serving.errors import ConfigError, StartupError
-from benchmarks.serving.repo import DEFAULT_CONFIG, REPO_ROOT
-from benchmarks.serving.ts_config import (
+from serving.errors import ConfigError, StartupError
+from serving.repo import DEFAULT_CONFIG, REPO_ROOT
+from serving.ts_config import (
     ModelEntry,
     ModelSettings,
     ServerConfig,

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.serving.serve_wait`: after `make serve` started TorchServe from the repo root,
+"""`python -m serving.serve_wait`: after `make serve` started TorchServe from the repo root,
 wait until every model of config.properties answers, then print the URLs, where the keys are
 and a working curl line per model. Exit 1 (with the log tails) if it does not come up.
 """
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import requests
 
-from benchmarks.serving import processes
-from benchmarks.serving.client import Client, Endpoints, Tokens
-from benchmarks.serving.errors import ApiError, ConfigError, LauncherError
-from benchmarks.serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
-from benchmarks.serving.ts_config import ServerConfig, archive_model_name
+from serving import processes
+from serving.client import Client, Endpoints, Tokens
+from serving.errors import ApiError, ConfigError, LauncherError
+from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
+from serving.ts_config import ServerConfig, archive_model_name
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -115,7 +115,7 @@ def curl_line(name: str, inference_url: str, key_file: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.serving.serve_wait", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m serving.serve_wait", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="where torchserve was started")
     parser.add_argument("--timeout", type=float, default=300.0)

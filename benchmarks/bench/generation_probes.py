@@ -1,0 +1,64 @@
+"""What the generation benchmarks send to a served causal LM, and how they time it: the prompts,
+closed-loop throughput, short streamed probes and their time-to-first-token figures."""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import List
+
+from benchmarks.load.generation import GenerationResult, generate
+from benchmarks.load.stats import percentile
+from serving.errors import BenchmarkError
+from serving.launcher import TorchServe
+
+PROMPTS = ["The for statement is used to", "A class definition defines", "When a name is not found",
+           "The import statement", "Exceptions are raised when", "An object is",
+           "The with statement is used to", "Assignment statements are used to"]
+
+
+def log(message: str) -> None:
+    print(f"[generation-bench] {message}", file=sys.stderr, flush=True)
+
+
+def body(i: int, new_tokens: int) -> dict:
+    return {"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": new_tokens, "ignore_eos": True}
+
+
+def throughput(server: TorchServe, model: str, clients: int, new_tokens: int, rounds: int,
+               timeout_s: float = 300.0) -> dict:
+    """`clients` closed-loop clients, each generating `new_tokens` tokens `rounds` times."""
+    def client(c: int) -> List[GenerationResult]:
+        return [generate(server.client, model, body(c + i, new_tokens), timeout_s=timeout_s) for i in range(rounds)]
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        done = [r for batch in pool.map(client, range(clients)) for r in batch]
+    wall = time.perf_counter() - started
+    failed = [r for r in done if not r.ok]
+    if failed:
+        raise BenchmarkError(f"{len(failed)} generation request(s) failed: {failed[0].status} {failed[0].error}")
+    tokens = sum(r.generated_tokens for r in done)
+    return {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
+            "tokens_per_s": round(tokens / wall, 1),
+            "ttft_p50_ms": round(1000 * percentile(sorted(r.ttft_s for r in done), 50), 1),
+            "ttft_p99_ms": round(1000 * percentile(sorted(r.ttft_s for r in done), 99), 1),
+            "inter_chunk_p99_ms": round(1000 * percentile(sorted(g for r in done for g in r.gaps_s), 99), 2)}
+
+
+def probes(server: TorchServe, model: str, count: int) -> List[GenerationResult]:
+    """Short streamed requests, one after another."""
+    out = []
+    for i in range(count):
+        result = generate(server.client, model, {"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": 4})
+        if not result.ok:
+            raise BenchmarkError(f"probe failed: {result.status} {result.error}")
+        out.append(result)
+    return out
+
+
+def ttft_figures(results: List[GenerationResult]) -> dict:
+    values = sorted(1000 * r.ttft_s for r in results)
+    return {"count": len(values), "p50_ms": round(percentile(values, 50), 2), "p90_ms": round(percentile(values, 90), 2),
+            "p99_ms": round(percentile(values, 99), 2), "max_ms": round(values[-1], 2), "values_ms": [round(v, 2) for v in values]}
