@@ -11,25 +11,26 @@ from typing import Any, Dict, Tuple
 from serving.errors import BenchmarkError
 from serving.repo import CATALOGUE, REPO_ROOT
 from build.catalogue import Catalogue
-from build.examples import Example, Request, worker_input
+from build.examples import Request, worker_input
+from build.export import served_settings
+from handlers.families import family_class
 
 # Colour photographs of real scenes.
 PHOTO_FILES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "retina.jpg")
 
 
 @lru_cache(maxsize=None)
-def examples(model: str, catalogue: Path = CATALOGUE) -> Tuple[Example, ...]:
-    found = Catalogue.load(catalogue).entry(model).examples
-    if not found:
-        raise BenchmarkError(f"model {model!r} has no examples: add `examples:` to its catalogue entry "
-                             "(requests the tools send it)")
-    return found
-
-
-@lru_cache(maxsize=None)
 def requests(model: str, catalogue: Path = CATALOGUE) -> Tuple[Request, ...]:
-    """The examples as HTTP requests: body bytes and Content-Type."""
-    return tuple(example.request(REPO_ROOT) for example in examples(model, catalogue))
+    """The entry's examples as HTTP requests (body bytes and Content-Type); for an entry that lists
+    none, its family's example inputs (Family.example_inputs)."""
+    entry = Catalogue.load(catalogue).entry(model)
+    if entry.examples:
+        return tuple(example.request(REPO_ROOT) for example in entry.examples)
+    found = family_class(entry.family).example_inputs(served_settings(entry).family_settings)
+    if not found:
+        raise BenchmarkError(f"model {model!r} has no examples and its family {entry.family!r} gives none: add "
+                             "`examples:` to its catalogue entry (requests the tools send it)")
+    return tuple(Request(case.body, case.content_type or "") for case in found)
 
 
 def worker_requests(model: str, catalogue: Path = CATALOGUE) -> Tuple[Tuple[Any, str], ...]:

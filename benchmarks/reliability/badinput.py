@@ -1,4 +1,4 @@
-"""The bad-input corpus (benchmarks/reliability/corpus) against a real TorchServe.
+"""The bad-input corpus (each family's cases, benchmarks/reliability/corpus.py) against a real TorchServe.
 
 Every invalid case must get a 4xx with a message, every valid one a 200 with a well-formed answer.
 Each invalid case the handler must refuse goes out together with valid batch-mates (released at
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,22 +22,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import requests
 
 from benchmarks.load.traffic import Traffic, say
-from benchmarks.reliability.corpus import (
-    FORECASTER,
-    FRONTEND,
-    HANDLER,
-    TENSOR,
-    TEXT,
-    Case,
-    family_cases,
-    server_cases,
-)
+from benchmarks.reliability.corpus import FRONTEND, HANDLER, Case, family_cases, server_cases
 from serving import ts_logs
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, MODEL_STORE
 from benchmarks.load.server_metrics import BATCHES, Scrape
 from build.catalogue import Catalogue
 from build.export import served_settings
+from handlers.families import family_class
 from handlers.settings import HandlerSettings
 
 CATCH_ALL = "unexpected error decoding"  # handlers/handler.py: an input no check foresaw
@@ -109,43 +102,22 @@ def served_models(ts: TorchServe) -> Dict[str, HandlerSettings]:
     return {m: served_settings(catalogue.entry(m)) for m in ts.list_models() if m in catalogue.names}
 
 
-def well_formed(settings: HandlerSettings, response: requests.Response) -> bool:
-    """A 200's answer has the shape the model's family promises."""
+def answer_problem(settings: HandlerSettings, response: requests.Response) -> Optional[str]:
+    """What is wrong with a 200's answer for the model's family, or None (a streamed NDJSON answer
+    is judged by its last line, which carries the summary)."""
     try:
         answer = response.json()
     except ValueError:
-        return False
-    if not isinstance(answer, dict):
-        return False
-    family = settings.family_settings
-    if settings.family == TEXT:
-        vector = answer.get("embedding")
-        return isinstance(vector, list) and bool(vector) and all(isinstance(v, (int, float)) for v in vector)
-    if settings.family == TENSOR and family.output == "raw":
-        return isinstance(answer.get("outputs"), list)
-    if settings.family == TENSOR and family.output == "argmax":
-        return set(answer) == {"class"}
-    if settings.family == FORECASTER:
-        series = answer.get("series", [answer])
-        return isinstance(series, list) and bool(series) and all(_forecast_ok(one, family) for one in series)
-    probabilities = list(answer.values())  # top-k {label: probability}: image, tensor softmax_topk
-    return 1 <= len(probabilities) <= family.top_k and all(isinstance(p, float) and 0 <= p <= 1 for p in probabilities)
+        lines = [line for line in response.content.splitlines() if line.strip()]
+        try:
+            answer = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            return f"not JSON: {response.content[:80]!r}"
+    return family_class(settings.family).answer_problem(settings.family_settings, answer)
 
 
-def _forecast_ok(answer, settings) -> bool:
-    """Every quantile the model declares, `horizon` steps each, never crossing; alerts a list."""
-    from handlers.families.quantile_post import quantile_key
-
-    if not isinstance(answer, dict) or set(answer) != {"horizon", "quantiles", "alerts"}:
-        return False
-    table = answer["quantiles"]
-    keys = [quantile_key(q) for q in settings.quantiles]
-    if not isinstance(table, dict) or list(table) != keys or not isinstance(answer["alerts"], list):
-        return False
-    columns = list(table.values())
-    if any(len(c) != answer["horizon"] for c in columns):
-        return False
-    return all(a <= b for low, high in zip(columns, columns[1:]) for a, b in zip(low, high))
+def well_formed(settings: HandlerSettings, response: requests.Response) -> bool:
+    return answer_problem(settings, response) is None
 
 
 def send(ts: TorchServe, model: str, case: Case, settings: Optional[HandlerSettings] = None) -> Outcome:

@@ -116,7 +116,7 @@ def measure(mode: Mode, mix: Mix, rates: Mapping[str, float], seconds: float, co
 
 def markdown(content: dict) -> str:
     rates = ", ".join(f"{m} {r:g}" for m, r in content["rates"].items())
-    lines = [f"# The tuned plan, however TorchServe is started", "",
+    lines = ["# The tuned plan, however TorchServe is started", "",
              f"Command: `{content['command']}`. Open loop, Poisson, {rates} req/s at once, "
              f"{content['seconds']:g} s measured per start (after a {content['seconds'] / 4:g} s window not "
              f"counted); {content['machine']}.", "",

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Literal, Sequence, Tuple
+from typing import Any, List, Literal, Optional, Sequence, Tuple
 
 import torch
 
 from handlers.errors import BadInput, ConfigError, PayloadTooLarge, UnsupportedMediaType
+from handlers.families import causal_lm_cases
 from handlers.families.base import Family
+from handlers.families.cases import Case
 from handlers.generation.params import GenerationRequest, Limits, parse_request
 
 
@@ -144,3 +146,14 @@ class CausalLM(Family):
 
     def gate_kind(self) -> str:
         return "classification"  # the next token: top-1 agreement
+
+    @classmethod
+    def bad_inputs(cls, settings: CausalLMSettings) -> List[Case]:
+        return cls.stamped(causal_lm_cases.cases(settings))
+
+    @classmethod
+    def answer_problem(cls, settings: CausalLMSettings, answer) -> Optional[str]:
+        """A whole answer: its text, why it finished and its token counts."""
+        if not isinstance(answer, dict) or not isinstance(answer.get("text"), str) or "finish_reason" not in answer:
+            return f'expected {{"text": ..., "finish_reason": ...}}, got {str(answer)[:80]}'
+        return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -28,7 +28,10 @@ from handlers.errors import (
     ServerFault,
     UnsupportedMediaType,
 )
+from handlers.families import forecaster_cases
 from handlers.families.base import Family
+from handlers.families.cases import Case
+from handlers.families.forecaster_settings import ForecasterSettings
 from handlers.families.quantile_post import (
     RowOptions,
     forecast_rows,
@@ -38,38 +41,6 @@ from handlers.families.quantile_post import (
 
 _FIELDS = ("history", "horizon", "thresholds", "alert_within")
 _FORMS = 'send {"history": [numbers], "horizon": n} or {"series": [{"history": [...]}, ...]}'
-
-
-@dataclass(frozen=True)
-class ForecasterSettings:
-    """settings.quantile_forecaster: what the model reads and returns, and the request limits."""
-
-    window: int = 0  # values of history the model reads (required)
-    horizon: int = 0  # steps it forecasts (required): a request may ask for fewer
-    quantiles: Tuple[float, ...] = ()  # the model's outputs, in order (required), e.g. [0.1, 0.5, 0.9]
-    min: Optional[float] = None  # the series' range: history outside it is refused, forecasts clipped
-    max: Optional[float] = None
-    max_history: int = 100_000  # longest history accepted (only the last `window` values are read)
-    max_series: int = 64  # series in one request
-    max_thresholds: int = 16  # thresholds per series
-    max_body_bytes: int = 8 * 1024 * 1024
-    postprocess: Literal["vectorised", "loop"] = "vectorised"  # loop: the in-process benchmark's naive path
-
-    def __post_init__(self) -> None:
-        if self.window < 2 or self.horizon < 1:
-            raise ConfigError(f"quantile_forecaster.window (>= 2) and .horizon (>= 1) are required, got "
-                              f"{self.window} and {self.horizon}")
-        q = self.quantiles
-        if not q or any(not 0 < v < 1 for v in q) or any(a >= b for a, b in zip(q, q[1:])):
-            raise ConfigError(f"quantile_forecaster.quantiles: increasing values in (0, 1), got {list(q)} "
-                              "(e.g. [0.1, 0.5, 0.9])")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ConfigError(f"quantile_forecaster.min: {self.min} is above .max {self.max}")
-        if self.max_history < self.window:
-            raise ConfigError(f"quantile_forecaster.max_history: {self.max_history} is below window {self.window}")
-        if min(self.max_series, self.max_body_bytes) < 1 or self.max_thresholds < 0:
-            raise ConfigError("quantile_forecaster.max_series and .max_body_bytes must be >= 1, "
-                              ".max_thresholds >= 0")
 
 
 @dataclass(frozen=True)
@@ -234,3 +205,40 @@ class QuantileForecaster(Family):
     def gate_kind(self) -> str:
         return "tensor"
 
+    @classmethod
+    def bad_inputs(cls, settings: ForecasterSettings) -> List[Case]:
+        return cls.stamped(forecaster_cases.cases(settings))
+
+    @classmethod
+    def answer_problem(cls, settings: ForecasterSettings, answer) -> Optional[str]:
+        """Every declared quantile, `horizon` steps each, never crossing; alerts a list; per series."""
+        series = answer.get("series", [answer]) if isinstance(answer, dict) else None
+        if not isinstance(series, list) or not series:
+            return f"expected a forecast or {{\"series\": [...]}}, got {str(answer)[:80]}"
+        keys = [quantile_key(q) for q in settings.quantiles]
+        for i, one in enumerate(series):
+            if not isinstance(one, dict) or set(one) != {"horizon", "quantiles", "alerts"}:
+                return f"series[{i}]: expected horizon, quantiles and alerts"
+            table = one["quantiles"]
+            if not isinstance(table, dict) or list(table) != keys or not isinstance(one["alerts"], list):
+                return f"series[{i}]: quantiles {list(table) if isinstance(table, dict) else table} (expected {keys})"
+            columns = list(table.values())
+            if any(len(c) != one["horizon"] for c in columns):
+                return f"series[{i}]: a quantile without {one['horizon']} steps"
+            if not all(a <= b for low, high in zip(columns, columns[1:]) for a, b in zip(low, high)):
+                return f"series[{i}]: quantiles cross"
+        return None
+
+    @classmethod
+    def disagreement(cls, settings: ForecasterSettings, one, other) -> Optional[str]:
+        """The same alerts and quantiles, values within 1e-5 relative."""
+        a_series, b_series = one.get("series", [one]), other.get("series", [other])
+        if len(a_series) != len(b_series):
+            return f"{len(a_series)} vs {len(b_series)} series"
+        for i, (a, b) in enumerate(zip(a_series, b_series)):
+            if a["alerts"] != b["alerts"] or list(a["quantiles"]) != list(b["quantiles"]):
+                return f"series[{i}]: alerts or quantile keys differ"
+            x, y = (np.asarray(list(s["quantiles"].values()), dtype=np.float64) for s in (a, b))
+            if x.shape != y.shape or not np.allclose(x, y, rtol=1e-5, atol=0):
+                return f"series[{i}]: quantiles differ beyond 1e-5"
+        return None

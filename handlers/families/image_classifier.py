@@ -8,15 +8,17 @@ square), the channels, the normalisation and the labels.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
 
 from handlers.families.base import Family
+from handlers.families import image_cases
+from handlers.families.cases import Case
 from handlers.families.image_decode import decode_image
 from handlers.families.image_settings import ImageSettings
-from handlers.families.labels import class_names, load_labels, top_k
+from handlers.families.labels import class_names, load_labels, top_k, top_k_disagreement, top_k_problem
 
 
 class ImageClassifier(Family):
@@ -24,6 +26,8 @@ class ImageClassifier(Family):
     input_kind = "bytes"
     Settings = ImageSettings
     naive = {"draft_decode": False}
+    request_content_type = "image/jpeg"
+    stock_baseline = "image"
 
     def __init__(self, settings: ImageSettings, model_dir: Path, channels_last: bool = False) -> None:
         super().__init__(settings, model_dir, channels_last)
@@ -53,3 +57,15 @@ class ImageClassifier(Family):
 
     def gate_kind(self) -> str:
         return "classification"
+
+    @classmethod
+    def bad_inputs(cls, settings: ImageSettings) -> List[Case]:
+        return cls.stamped(image_cases.cases())
+
+    @classmethod
+    def answer_problem(cls, settings: ImageSettings, answer) -> Optional[str]:
+        return top_k_problem(answer, settings.top_k)
+
+    @classmethod
+    def disagreement(cls, settings: ImageSettings, one, other) -> Optional[str]:
+        return top_k_disagreement(one, other)

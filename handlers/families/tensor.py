@@ -12,47 +12,20 @@ from __future__ import annotations
 import io
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Literal, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import torch
 
-from handlers.errors import BadInput, ConfigError, PayloadTooLarge, UnsupportedMediaType
+from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
 from handlers.families.base import Family
-from handlers.families.labels import class_names, load_labels, top_k
+from handlers.families import tensor_cases
+from handlers.families.cases import Case
+from handlers.families.labels import class_names, load_labels, top_k, top_k_disagreement, top_k_problem
+from handlers.families.tensor_settings import NPY, TensorSettings
 
-DType = Literal["float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"]
-NPY = "application/x-npy"
 _FORMS = 'send {"inputs": <nested list>}, {"data": [...], "shape": [...], "dtype": "..."}, or an .npy file'
-
-
-@dataclass(frozen=True)
-class TensorSettings:
-    """settings.tensor: what one item is, and what the answer is."""
-
-    shape: Optional[Tuple[int, ...]] = None  # one item, without the batch dimension (required)
-    dtype: DType = "float32"
-    min: Optional[float] = None  # every value within [min, max] when given
-    max: Optional[float] = None
-    max_elements: int = 1_000_000
-    output: Literal["raw", "argmax", "softmax_topk"] = "raw"
-    labels: Optional[str] = None  # archive file for argmax / softmax_topk (a JSON list of names)
-    top_k: int = 5
-    max_body_bytes: int = 16 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        if self.shape is None or any(side < 1 for side in self.shape):
-            raise ConfigError(f"tensor.shape: one item's shape without the batch dimension, sides >= 1, got "
-                              f"{self.shape} (e.g. [1, 8, 8])")
-        elements = math.prod(self.shape)
-        if self.max_elements < elements:
-            raise ConfigError(f"tensor.max_elements: {self.max_elements} is below one item ({elements} elements)")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ConfigError(f"tensor.min: {self.min} is above tensor.max {self.max}")
-        if self.top_k < 1 or self.max_body_bytes < 1:
-            raise ConfigError("tensor.top_k and tensor.max_body_bytes must be >= 1")
 
 
 def _array(body: Any, content_type: str, settings: TensorSettings) -> np.ndarray:
@@ -174,3 +147,22 @@ class TensorModel(Family):
 
     def gate_kind(self) -> str:
         return "tensor" if self.settings.output == "raw" else "classification"
+
+    @classmethod
+    def bad_inputs(cls, settings: TensorSettings) -> List[Case]:
+        return cls.stamped(tensor_cases.cases(settings))
+
+    @classmethod
+    def answer_problem(cls, settings: TensorSettings, answer) -> Optional[str]:
+        if settings.output == "raw":
+            ok = isinstance(answer, dict) and isinstance(answer.get("outputs"), list)
+            return None if ok else f'expected {{"outputs": [...]}}, got {str(answer)[:80]}'
+        if settings.output == "argmax":
+            return None if isinstance(answer, dict) and set(answer) == {"class"} else 'expected {{"class": label}}'
+        return top_k_problem(answer, settings.top_k)
+
+    @classmethod
+    def disagreement(cls, settings: TensorSettings, one, other) -> Optional[str]:
+        if settings.output == "softmax_topk":
+            return top_k_disagreement(one, other)
+        return super().disagreement(settings, one, other)

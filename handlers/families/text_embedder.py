@@ -18,6 +18,8 @@ import torch
 
 from handlers.errors import BadInput, ConfigError, PayloadTooLarge, UnsupportedMediaType
 from handlers.families.base import Family
+from handlers.families import text_cases
+from handlers.families.cases import Case
 from handlers.families.pooling import PooledEncoder
 
 # WordPiece maps a word longer than 100 characters to [UNK], so one token never spans more:
@@ -114,6 +116,8 @@ def load_tokenizer(path: Path, settings: TextSettings):
 
 class TextEmbedder(Family):
     name = "text_embedder"
+    request_content_type = "text/plain"
+    stock_baseline = "text"
     input_kind = "text"
     Settings = TextSettings
     naive = {"pad_to_max_length": True, "max_length": 128}
@@ -144,3 +148,22 @@ class TextEmbedder(Family):
 
     def gate_kind(self) -> str:
         return "embedding"
+
+    @classmethod
+    def bad_inputs(cls, settings: TextSettings) -> List[Case]:
+        return cls.stamped(text_cases.cases())
+
+    @classmethod
+    def answer_problem(cls, settings: TextSettings, answer) -> Optional[str]:
+        vector = answer.get("embedding") if isinstance(answer, dict) else None
+        if not isinstance(vector, list) or not vector or not all(isinstance(v, (int, float)) for v in vector):
+            return f'expected {{"embedding": [numbers]}}, got {str(answer)[:80]}'
+        return None
+
+    @classmethod
+    def disagreement(cls, settings: TextSettings, one, other) -> Optional[str]:
+        a, b = (np.asarray(x["embedding"], dtype=np.float64) for x in (one, other))
+        if a.shape != b.shape:
+            return f"embedding sizes {a.shape} vs {b.shape}"
+        cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0))
+        return None if cosine >= 0.9999 else f"cosine {cosine:.6f} < 0.9999"

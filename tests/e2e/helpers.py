@@ -21,6 +21,7 @@ from benchmarks.load.server_metrics import BATCHES, Scrape
 from build.catalogue import Catalogue
 from build.examples import Example, expected_top1, worker_input
 from build.export import served_settings
+from handlers.families import family_class
 from handlers.settings import HandlerSettings
 from tests.references import decoded
 
@@ -62,29 +63,14 @@ def answered(resp: requests.Response, model: str, example: Example | None = None
 
 
 def assert_same_answer(model: str, one, other, label: str = "") -> None:
-    assert_same_answer_family(settings_of(model).family, one, other, label)
+    settings = settings_of(model)
+    assert_agree(settings.family, settings.family_settings, one, other, label)
 
 
-def assert_same_answer_family(family: str, one, other, label: str = "") -> None:
-    """Two answers to one request agree: classes in the same order with probabilities within 1e-3,
-    embeddings at cosine >= 0.9999, raw outputs within 1e-3 (relative), forecasts within 1e-5 with the
-    same alerts."""
-    if family == "text_embedder":
-        assert cosine(np.asarray(one["embedding"]), np.asarray(other["embedding"])) >= 0.9999, label
-    elif family == "quantile_forecaster":
-        assert len(one.get("series", [one])) == len(other.get("series", [other])), label
-        for a, b in zip(one.get("series", [one]), other.get("series", [other])):
-            assert a["alerts"] == b["alerts"] and list(a["quantiles"]) == list(b["quantiles"]), label
-            np.testing.assert_allclose(list(a["quantiles"].values()), list(b["quantiles"].values()), rtol=1e-5,
-                                       err_msg=label)
-    elif "outputs" in one:
-        np.testing.assert_allclose(one["outputs"], other["outputs"], rtol=1e-3, atol=1e-4, err_msg=label)
-    elif "class" in one:
-        assert one == other, label
-    else:
-        assert list(one)[0] == list(other)[0], (label, one, other)
-        for key in set(one) & set(other):
-            assert abs(one[key] - other[key]) <= 1e-3, (label, key, one[key], other[key])
+def assert_agree(family: str, family_settings, one, other, label: str = "") -> None:
+    """Two answers to one request agree within the family's own tolerance (Family.disagreement)."""
+    problem = family_class(family).disagreement(family_settings, one, other)
+    assert problem is None, f"{label}: {problem}"
 
 
 def inprocess_answers(model: str, requests_: list[Request], tmp: Path, store: Path = MODEL_STORE) -> list[dict]:

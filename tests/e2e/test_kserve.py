@@ -24,7 +24,7 @@ import requests
 
 from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
-from tests.e2e.helpers import assert_same_answer_family, batches_since, formed_batches
+from tests.e2e.helpers import assert_same_answer, batches_since, formed_batches
 
 pytestmark = pytest.mark.e2e
 MODEL = "minilm"
@@ -88,13 +88,13 @@ def test_v1_v2_and_predictions_share_one_batch(server):
     plain, v1, v2, bad = responses
 
     assert plain.status_code == 200, plain.text
-    assert_same_answer_family("text_embedder", plain.json(), alone[0], "/predictions")
+    assert_same_answer(MODEL, plain.json(), alone[0], "/predictions")
 
     assert v1.status_code == 200 and v1.headers["Content-Type"].startswith("application/json"), v1.text
     predictions = v1.json()["predictions"]
     assert len(predictions) == 2
     for got, want in zip(predictions, alone[1:3]):
-        assert_same_answer_family("text_embedder", got, want, "v1")
+        assert_same_answer(MODEL, got, want, "v1")
 
     assert v2.status_code == 200, v2.text
     answer = v2.json()
@@ -102,7 +102,7 @@ def test_v1_v2_and_predictions_share_one_batch(server):
     (output,) = answer["outputs"]
     assert (output["name"], output["datatype"], output["shape"]) == ("output-0", "FP32", [2, 384])
     for row, want in zip(np.asarray(output["data"]).reshape(2, 384), alone[3:5]):
-        assert_same_answer_family("text_embedder", {"embedding": row}, want, "v2")
+        assert_same_answer(MODEL, {"embedding": row}, want, "v2")
 
     assert bad.status_code == 400, bad.text
     assert bad.json()["error"].startswith("inputs[0].shape: [3] declares 3 strings"), bad.json()
@@ -128,4 +128,4 @@ def test_tensor_family_predictions_form_and_v2(server, repo_root):
     assert v2.status_code == 200, v2.text
     (output,) = v2.json()["outputs"]
     assert (output["datatype"], output["shape"]) == ("BYTES", [1])
-    assert_same_answer_family("tensor", json.loads(output["data"][0]), plain.json(), "v2")
+    assert_same_answer(TENSOR_MODEL, json.loads(output["data"][0]), plain.json(), "v2")

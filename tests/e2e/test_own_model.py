@@ -17,11 +17,13 @@ import pytest
 import torch
 
 from benchmarks.load.inputs import photo_bytes
+from build.catalogue import Catalogue
+from build.export import served_settings
 from serving.launcher import TorchServe
 from serving.repo import REPO_ROOT
 from tests.e2e.helpers import (
     assert_bad_request,
-    assert_same_answer_family,
+    assert_agree,
     inprocess_answers,
 )
 
@@ -142,8 +144,9 @@ def test_own_model_served_as_in_process(project, store, served, model, tmp_path)
         response = served.predict(model, r.body, r.content_type)
         assert response.status_code == 200, response.text
         answers.append(response.json())
+    settings = served_settings(Catalogue.load(project / "catalogue.yaml").entry(model))
     for index, (one, other) in enumerate(zip(answers, inprocess_answers(model, requests, tmp_path, store))):
-        assert_same_answer_family("tensor" if model == "scans" else "image_classifier", one, other, str(index))
+        assert_agree(settings.family, settings.family_settings, one, other, str(index))
     top = answers[0]
     assert len(top) == (3 if model == "scans" else 2) and 0 < sum(top.values()) <= 1 + 1e-6
     if model == "scans":

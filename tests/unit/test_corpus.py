@@ -14,13 +14,11 @@ import pytest
 import requests
 
 from benchmarks.reliability.badinput import nowhere_cases, well_formed
-from benchmarks.reliability.corpus import (
-    HANDLER,
-    IMAGE,
-    TEXT,
-    family_cases,
-    server_cases,
-)
+from benchmarks.reliability.corpus import HANDLER, family_cases, server_cases
+from handlers.errors import ConfigError
+from handlers.families import FAMILIES
+from handlers.families.image_settings import ImageSettings
+from handlers.families.text_embedder import TextSettings
 from serving.repo import CATALOGUE
 from build.catalogue import Catalogue
 from build.examples import worker_input
@@ -41,7 +39,9 @@ def handlers(archive_dirs):
 
 
 def test_corpus_size_and_coverage():
-    everything = family_cases(IMAGE) + family_cases(TEXT) + server_cases(IMAGE, 1000, 500) + [
+    image, text = "image_classifier", "text_embedder"
+    everything = family_cases(image, ImageSettings()) + family_cases(text, TextSettings()) + server_cases(
+        image, 1000, 500) + [
         case for _, case in nowhere_cases()]
     assert len(everything) >= 150
     sources = Counter(c.source for c in everything)
@@ -96,3 +96,25 @@ def test_every_case_in_mixed_batches(handlers, model, caplog):
     assert mixed >= len(mine) // BATCH
     # Every bad input is one the handlers foresee: none reaches the catch-all "could not be read".
     assert not [r for r in caplog.records if "unexpected error" in r.getMessage()]
+
+
+def tiny_settings(family: str):
+    """The family settings of the tiny catalogue's model of `family` (tests/tiny.py)."""
+    from handlers.settings import parse_section
+    from tests.tiny import catalogue_entries
+
+    entry = next(e for e in catalogue_entries().values() if e["family"] == family)
+    return parse_section(FAMILIES[family].Settings, entry["settings"].get(family), family)
+
+
+def test_an_unknown_family_is_an_error_not_an_empty_corpus():
+    with pytest.raises(ConfigError, match="'no_such_family' is not one of"):
+        family_cases("no_such_family", None)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_writes_cases_of_both_kinds_under_its_own_name(family):
+    cases = family_cases(family, tiny_settings(family))
+    assert {c.family for c in cases} == {family}
+    assert sum(c.valid for c in cases) >= 3 and sum(not c.valid for c in cases) >= 10
+    assert len({c.name for c in cases}) == len(cases)

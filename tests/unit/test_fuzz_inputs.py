@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from benchmarks.reliability.corpus.imagebytes import encode, photo
+from handlers.families.image_bytes import encode, photo
 from build.examples import worker_input
 from handlers.errors import HandlerError
 from handlers.families.image_classifier import ImageSettings

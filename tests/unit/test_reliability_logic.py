@@ -7,7 +7,8 @@ import pytest
 from benchmarks.load.stats import NO_RESPONSE, Sample
 from benchmarks.load.traffic import Traffic
 from benchmarks.reliability.badinput import mixed_groups
-from benchmarks.reliability.corpus import IMAGE, family_cases
+from benchmarks.reliability.corpus import family_cases
+from handlers.families.image_settings import ImageSettings
 from benchmarks.reliability.faults import KillResult
 from benchmarks.reliability.findings import Findings, table
 from benchmarks.reliability.overload import OverloadResult, p99_bound_ms
@@ -97,7 +98,7 @@ def test_recovery_waits_for_the_replacement_not_a_sibling(workers, recovered):
 
 
 def test_corpus_groups_mix_invalid_and_valid_and_cover_every_case():
-    corpus = family_cases(IMAGE)
+    corpus = family_cases("image_classifier", ImageSettings())
     groups = mixed_groups(corpus, 2)
     sent = {c for g in groups for c in g}
     assert sent == set(corpus)

@@ -22,6 +22,7 @@ from serving.repo import CATALOGUE, REPO_ROOT
 from build.catalogue import Catalogue, ModelEntry
 from build.export import served_settings
 from build.sources import HuggingFaceFolder, PythonSource
+from handlers.families import family_class
 
 HERE = Path(__file__).resolve().parent
 # Files AutoTokenizer/AutoModel read from a Hugging Face folder.
@@ -87,10 +88,15 @@ def _stage_text(entry: ModelEntry, root: Path, content: Path) -> Staged:
     return Staged(HERE / "text_handler.py", None, weights[0])
 
 
+# The stock handlers there are (a family names its own: Family.stock_baseline), each with the
+# model source it can load.
+STOCK_SOURCES: Dict[str, type] = {"image": PythonSource, "text": HuggingFaceFolder}
+
+
 def missing_baseline(entry: ModelEntry) -> Optional[str]:
     """Why the entry has no stock baseline, or None when it has one."""
-    kinds: Dict[str, type] = {"image_classifier": PythonSource, "text_embedder": HuggingFaceFolder}
-    if isinstance(entry.model, kinds.get(entry.family, ())):
+    kind = family_class(entry.family).stock_baseline
+    if kind is not None and isinstance(entry.model, STOCK_SOURCES[kind]):
         return None
     return (f"no stock baseline for a {entry.family} model from a {type(entry.model).__name__}: TorchServe's "
             "stock handlers cover image classifiers from a model class and text embedders from a Hugging Face folder")
@@ -111,8 +117,8 @@ def build_baseline(model: str, store: Path, root: Path = REPO_ROOT, catalogue: P
         stage = Path(tmp)
         # The handlers package rides along for its shared helpers (mean pooling), not its optimisations.
         content = stage_files(stage, {})
-        staged = (_stage_image(entry, root, stage, content) if entry.family == "image_classifier"
-                  else _stage_text(entry, root, content))
+        kind = family_class(entry.family).stock_baseline
+        staged = _stage_image(entry, root, stage, content) if kind == "image" else _stage_text(entry, root, content)
         config = ModelArchiverConfig(
             model_name=model,
             handler=str(staged.handler),

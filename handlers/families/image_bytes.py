@@ -1,4 +1,5 @@
-"""Byte-level image builders: encoded real photos, hand-made PNG chunks, patched JPEG headers."""
+"""Byte-level image builders for the image cases: encoded real photos (scikit-image's wheel ships
+them; imported only when a case is built), hand-made PNG chunks, patched JPEG headers."""
 
 from __future__ import annotations
 
@@ -6,12 +7,11 @@ import io
 import struct
 import zlib
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 from PIL import Image
-
-from benchmarks.load.inputs import photo_bytes
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -19,7 +19,10 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 @lru_cache(maxsize=None)
 def photo(name: str = "coffee.png") -> Image.Image:
     """A real colour photograph (RGB) from scikit-image's data."""
-    return Image.open(io.BytesIO(photo_bytes()[name])).convert("RGB")
+    import skimage
+
+    data = Path(skimage.__file__).parent / "data" / name
+    return Image.open(io.BytesIO(data.read_bytes())).convert("RGB")
 
 
 def encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
@@ -72,15 +75,3 @@ def last_data_offset(image: bytes) -> int:
     if image.startswith(PNG_SIGNATURE):
         return image.rindex(b"IDAT") + 4
     return image.rindex(b"\xff\xd9")
-
-
-def multipart(fields: dict[str, bytes], boundary: str = "corpusboundary7MA4YWxk") -> tuple[bytes, str]:
-    """A multipart/form-data body with the given fields (as `curl -F name=@file` sends)."""
-    parts = []
-    for name, value in fields.items():
-        parts.append(
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}.bin\"\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n".encode() + value + b"\r\n"
-        )
-    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
-    return body, f"multipart/form-data; boundary={boundary}"

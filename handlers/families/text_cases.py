@@ -1,12 +1,13 @@
-"""Hand-written text cases: every way a client may send a sentence (valid), and broken bodies."""
+"""The text embedder's cases: every way a client may send a sentence (valid), broken bodies, and
+seeded generated ones (random bytes, random wrong JSON, broken UTF-8, control characters)."""
 
 from __future__ import annotations
 
 import json
-from typing import List
+import random
+from typing import Callable, List
 
-from benchmarks.reliability.corpus.case import TEXT, Case, invalid, valid
-from benchmarks.reliability.corpus.imagebytes import multipart
+from handlers.families.cases import Case, invalid, multipart, valid
 
 JSON = "application/json"
 PLAIN = "text/plain"
@@ -14,11 +15,11 @@ SENTENCE = "A cat is sleeping on the warm windowsill while the sun sets behind t
 
 
 def _ok(name: str, body: bytes, content_type: str | None = PLAIN) -> Case:
-    return valid(name, TEXT, body, content_type)
+    return valid(name, body, content_type)
 
 
 def _bad(name: str, body: bytes, status: int = 400, words: str = "", content_type: str | None = JSON) -> Case:
-    return invalid(name, TEXT, body, content_type, status, words)
+    return invalid(name, body, content_type, status, words)
 
 
 def _json(value) -> bytes:
@@ -114,5 +115,77 @@ def invalid_texts() -> List[Case]:
     ]
 
 
-def cases() -> List[Case]:
-    return valid_texts() + invalid_texts()
+# ---- generated (seeded) ------------------------------------------------------------------------
+SEED = 20261121
+WORDS = ("model", "serve", "batch", "river", "quiet", "signal", "paper", "orange", "window", "seven")
+CONTROL = "".join(chr(c) for c in (*range(0, 32), 127))
+
+
+def random_bytes(rng: random.Random, count: int) -> List[Case]:
+    cases = []
+    for i in range(count):
+        text = bytearray(rng.randbytes(rng.randint(1, 4096)))
+        text[rng.randrange(len(text))] = 0xFF  # never valid UTF-8
+        cases.append(invalid(f"random bytes as text #{i} ({len(text)} B)", bytes(text), "text/plain", 400, "UTF-8",
+                             source="generated"))
+    return cases
+
+
+def _random_json(rng: random.Random, depth: int = 0):
+    kinds: List[Callable[[], object]] = [
+        lambda: rng.randint(-10**12, 10**12), lambda: rng.random() * 1e6, lambda: None, lambda: rng.random() < 0.5,
+        lambda: [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))],
+        lambda: {rng.choice(WORDS): _random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))},
+    ]
+    if depth < 2:
+        return rng.choice(kinds)()
+    return rng.choice(kinds[:4])()
+
+
+def wrong_json(rng: random.Random, count: int) -> List[Case]:
+    """Random JSON that is not {"text": "<something>"}: objects without "text", or a non-string there."""
+    cases = []
+    for i in range(count):
+        value = _random_json(rng)
+        if isinstance(value, dict):
+            value.pop("text", None)
+            if i % 2:
+                value["text"] = _random_json(rng, depth=2)
+        cases.append(invalid(f"random wrong json #{i}", json.dumps(value).encode(),
+                             "application/json", 400, "", source="generated"))
+    return cases
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+
+
+def broken_utf8(rng: random.Random, count: int) -> List[Case]:
+    bad = (b"\xff", b"\xc0\x80", b"\xed\xb0\x80", b"\xe2\x82", b"\xf8\x88\x80\x80\x80", b"\x80")
+    cases = []
+    for i in range(count):
+        text = sentence(rng).encode()
+        at = rng.randrange(len(text))
+        body = text[:at] + rng.choice(bad) + text[at:]
+        cases.append(invalid(f"sentence with invalid utf-8 #{i}", body, "text/plain", 400, "UTF-8",
+                             source="generated"))
+    return cases
+
+
+def control_characters(rng: random.Random, count: int) -> List[Case]:
+    """Only control characters: refused. Words sprinkled with control characters: embedded."""
+    cases = []
+    for i in range(count):
+        noise = "".join(rng.choice(CONTROL) for _ in range(rng.randint(1, 40)))
+        cases.append(invalid(f"control characters only #{i}", json.dumps({"text": noise}).encode(),
+                             "application/json", 400, "", source="generated"))
+        words = [w + rng.choice(CONTROL) for w in sentence(rng).split()]
+        cases.append(valid(f"words with control characters #{i}",
+                           json.dumps({"text": " ".join(words)}).encode(), "application/json", source="generated"))
+    return cases
+
+
+def cases(seed: int = SEED) -> List[Case]:
+    rng = random.Random(seed)
+    return (valid_texts() + invalid_texts() + random_bytes(rng, 12) + wrong_json(rng, 16) + broken_utf8(rng, 10)
+            + control_characters(rng, 8))

@@ -1,21 +1,24 @@
-"""Hand-written image cases: every JPEG/PNG flavour a client may send (valid), and broken ones."""
+"""The image classifier's cases: every JPEG/PNG flavour a client may send (valid), broken ones, and
+seeded generated ones (random bytes, cut and corrupted photos, random images of every mode, bombs
+of random size). Same seed, same cases."""
 
 from __future__ import annotations
 
+import random
 from typing import List
 
 import numpy as np
 from PIL import Image
 
-from benchmarks.reliability.corpus.case import IMAGE, Case, invalid, valid
-from benchmarks.reliability.corpus.imagebytes import (
+from handlers.families.cases import Case, invalid, multipart, valid
+from handlers.families.image_bytes import (
     PNG_SIGNATURE,
     chunk,
     declared_png,
     encode,
     ihdr,
     jpeg_with_size,
-    multipart,
+    last_data_offset,
     photo,
     png_from_rows,
     sixteen_bit,
@@ -26,11 +29,11 @@ NOT_IMAGE = "not a JPEG or PNG"
 
 
 def _img(name: str, body: bytes, content_type: str | None = OCTETS) -> Case:
-    return valid(name, IMAGE, body, content_type)
+    return valid(name, body, content_type)
 
 
 def _bad(name: str, body: bytes, status: int = 400, words: str = "", content_type: str | None = OCTETS) -> Case:
-    return invalid(name, IMAGE, body, content_type, status, words)
+    return invalid(name, body, content_type, status, words)
 
 
 def valid_images() -> List[Case]:
@@ -140,5 +143,82 @@ def multipart_image() -> Case:
     return _img("multipart form field 'data'", body, content_type)
 
 
-def cases() -> List[Case]:
-    return valid_images() + [multipart_image()] + invalid_images()
+# ---- generated (seeded) ------------------------------------------------------------------------
+SEED = 20261121
+PHOTOS = ("coffee.png", "chelsea.png", "astronaut.png", "rocket.jpg")
+IMAGE_MODES = ("RGB", "L", "LA", "RGBA", "P", "1", "I;16", "CMYK")
+
+
+def random_bytes(rng: random.Random, count: int) -> List[Case]:
+    cases = []
+    for i in range(count):
+        body = bytearray(rng.randbytes(rng.randint(1, 4096)))
+        if body[:2] == b"\xff\xd8" or body[:4] == PNG_SIGNATURE[:4]:
+            body[0] = 0
+        cases.append(invalid(f"random bytes #{i} ({len(body)} B)", bytes(body), "application/octet-stream", 400,
+                             "not a JPEG or PNG", source="generated"))
+    return cases
+
+
+def cut_photos(rng: random.Random) -> List[Case]:
+    """Each photo as JPEG and PNG, cut at random points inside its pixel data."""
+    cases = []
+    for name in PHOTOS:
+        for fmt in ("JPEG", "PNG"):
+            data = encode(photo(name).resize((320, 240)), fmt)
+            start = data.index(b"\xff\xda") + 2 if fmt == "JPEG" else data.index(b"IDAT") + 4
+            for _ in range(2):
+                cut = rng.randrange(start, last_data_offset(data) - 64)
+                cases.append(invalid(f"{name} as {fmt} cut at {cut}/{len(data)}", data[:cut],
+                                     "application/octet-stream", 400, "truncated", source="generated"))
+            cut = rng.randrange(2, start - 2)
+            cases.append(invalid(f"{name} as {fmt} header cut at {cut}", data[:cut],
+                                 "application/octet-stream", 400, "", source="generated"))
+    return cases
+
+
+def broken_signatures(rng: random.Random, count: int) -> List[Case]:
+    """A real photo whose magic bytes are overwritten: nothing identifies it as an image."""
+    cases = []
+    for i in range(count):
+        data = bytearray(encode(photo(PHOTOS[i % len(PHOTOS)]).resize((160, 120)), ("JPEG", "PNG")[i % 2]))
+        for at in rng.sample(range(4), 2):
+            data[at] = (data[at] + rng.randint(1, 255)) % 256
+        cases.append(invalid(f"photo with a corrupt signature #{i}", bytes(data),
+                             "application/octet-stream", 400, "not a JPEG or PNG", source="generated"))
+    return cases
+
+
+def random_images(rng: random.Random, count: int) -> List[Case]:
+    """Valid images of random size, mode and content: all must be classified."""
+    cases = []
+    for i in range(count):
+        mode = IMAGE_MODES[i % len(IMAGE_MODES)]
+        width, height = rng.randint(1, 640), rng.randint(1, 640)
+        noise = np.random.default_rng(rng.getrandbits(32)).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        image = Image.fromarray(noise).convert(mode) if mode != "I;16" else Image.fromarray(
+            noise[..., 0].astype(np.uint16) * 257)
+        fmt = "JPEG" if mode in ("CMYK",) or (mode in ("RGB", "L") and rng.random() < 0.5) else "PNG"
+        cases.append(valid(f"random {mode} {width}x{height} {fmt}", encode(image, fmt),
+                           rng.choice(("image/jpeg", "image/png", "application/octet-stream", None)),
+                           source="generated"))
+    return cases
+
+
+def random_bombs(rng: random.Random, count: int) -> List[Case]:
+    """Headers declaring more pixels than the 40 MP limit, with almost no data behind them."""
+    jpeg = encode(photo().resize((64, 48)), "JPEG")
+    cases = []
+    for i in range(count):
+        width = rng.randint(6400, 65500)
+        height = rng.randint(40_000_001 // width + 1, 65500)
+        body = declared_png(width, height) if i % 2 else jpeg_with_size(jpeg, width, height)
+        cases.append(invalid(f"{'png' if i % 2 else 'jpeg'} declaring {width}x{height}", body,
+                             "application/octet-stream", 400, "pixel", source="generated"))
+    return cases
+
+
+def cases(seed: int = SEED) -> List[Case]:
+    rng = random.Random(seed)
+    return (valid_images() + [multipart_image()] + invalid_images() + random_bytes(rng, 12) + cut_photos(rng)
+            + broken_signatures(rng, 8) + random_images(rng, 16) + random_bombs(rng, 8))
