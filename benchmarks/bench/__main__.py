@@ -1,20 +1,23 @@
-"""Benchmark one model on a real TorchServe, with the in-process limit and the stock baseline
-measured in the same run.
+"""Benchmark one model on a real TorchServe: how fast is it served, and how far from its limit?
 
-    python -m benchmarks.bench --model minilm
-    python -m benchmarks.bench --model efficientnet_lite0 --batch-size 8 --max-batch-delay 20 --workers 1
-    make bench MODEL=minilm ARGS="--window-s 3"
+    python -m benchmarks.bench --model <name>                  # minutes: the figures asked first
+    python -m benchmarks.bench --model <name> --stock --ceiling   # + the references, same run
+    python -m benchmarks.bench --model <name> --full           # the long form: sweep, fractions, both references
+    make bench MODEL=<name> ARGS="--full"
 
 A model whose family generates text (causal_lm) is measured by benchmarks/bench/generation.py:
 tokens/s, time to first token and inter-token gaps instead of requests/s.
 
-Steps: (1) the in-process limit: our handler's batched throughput with no server, same batch size
-and threads; (2) ours: a TorchServe on free loopback ports with the given per-model values, a
-closed-loop concurrency sweep (1, 2, 4, ... until throughput rises by <5%), then open-loop Poisson
-points at fractions of the peak; (3) the stock baseline (naive handlers, TorchServe defaults)
-through the same load. Each point runs in windows until the stability rule holds. Servers are
-stopped on every exit path. Writes benchmarks/reports/<model>-<time>/ (report.json, results.csv,
-report.md, PNG plots).
+By default: (1) the in-process limit: our handler's batched throughput with no server, same batch
+size and threads; (2) ours: a TorchServe on free loopback ports with the given per-model values,
+one closed-loop client (p50/p99 of a request alone), then the served capacity at the SLO (open-loop
+Poisson points from half the in-process limit, bisected as the tuner does) and a point at a quarter
+of that capacity (the tail at low load). `--full` runs instead a closed-loop concurrency sweep
+(1, 2, 4, ... until throughput rises by <5%) and open-loop points at fractions of its peak before
+the search. `--stock` adds the stock baseline (naive handlers, TorchServe defaults) through the
+same load; `--ceiling` the no-op handler's ceiling (benchmarks/bench/served_path.py). Each point
+runs in windows until the stability rule holds. Servers are stopped on every exit path. Writes
+benchmarks/reports/<model>-<time>/ (report.json, results.csv, report.md, PNG plots).
 """
 
 from __future__ import annotations
@@ -50,6 +53,13 @@ from build.errors import BuildError
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
 # Under TorchServe's defaults only the metrics format is changed.
 STOCK_PROPERTIES = "metrics_mode=prometheus\n"
+# The long form's open-loop rates, as fractions of the closed-loop peak.
+FULL_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
+# The tail at low load is measured at this share of the capacity found.
+LOW_LOAD_FRACTION = 0.25
+# Without a sweep, the first open-loop rate: this share of the in-process limit (what a server can
+# at best approach), from which the capacity search steps up or down.
+START_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -100,19 +110,20 @@ def parser() -> argparse.ArgumentParser:
                    help="also serve this variant's archive with the same settings and load, same run (repeatable)")
     g = p.add_argument_group("load")
     g.add_argument("--concurrency", type=_numbers(int), metavar="N,N,...",
-                   help="closed-loop levels, all run (default: sweep 1, 2, 4, ... until the gain is small)")
+                   help="closed-loop levels, all run (default: 1; --full: sweep 1, 2, 4, ... until the gain is small)")
     g.add_argument("--max-concurrency", type=int, default=64, help="sweep limit (default: %(default)s)")
     g.add_argument("--min-gain-pct", type=float, default=5.0,
                    help="the sweep stops when throughput rises by less (default: %(default)s)")
     g.add_argument("--rates", type=_numbers(float), metavar="R,R,...",
                    help="open-loop Poisson rates for ours, req/s (default: fractions of the peak)")
-    g.add_argument("--rate-fractions", type=_numbers(float), default=(0.25, 0.5, 0.75, 0.9), metavar="F,F,...",
-                   help="open-loop rates as fractions of each server's closed-loop peak (default: 0.25,0.5,0.75,0.9)")
+    g.add_argument("--rate-fractions", type=_numbers(float), metavar="F,F,...",
+                   help="open-loop rates as fractions of each server's closed-loop peak (--full's default: "
+                        "0.25,0.5,0.75,0.9; otherwise the search starts at half the in-process limit)")
     g.add_argument("--connections", type=int, default=64,
                    help="open loop: concurrent connections at most (default: %(default)s)")
     g.add_argument("--point-requests", type=int, default=2000,
                    help="open loop: arrivals per point at least, over its reported windows (default: %(default)s)")
-    g.add_argument("--capacity-points", type=int, default=4,
+    g.add_argument("--capacity-points", type=int, default=5,
                    help="open loop: up to this many more points bisect the highest rate within the p99 target, "
                         "as the tuner does (0: the listed rates only; default: %(default)s)")
     g.add_argument("--window-s", type=float, default=REFERENCE_WINDOW_S,
@@ -131,10 +142,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--slo-ms", type=float, help="p99 target (default: the catalogue's slo_ms)")
     g.add_argument("--inprocess-seconds", type=float, default=10.0,
                    help="in-process limit measuring time (default: %(default)s)")
-    g.add_argument("--no-stock", action="store_true", help="skip the stock baseline")
+    g.add_argument("--stock", action="store_true", help="also measure the stock baseline (TorchServe's defaults, "
+                                                        "naive handlers) through the same load")
     g.add_argument("--stock-workers", type=int, help="stock workers (default: TorchServe's own, one per CPU)")
-    g.add_argument("--no-ceiling", action="store_true",
-                   help="skip the no-op handler's ceiling (batch 1, 8 and ours) and the breakdown against it")
+    g.add_argument("--ceiling", action="store_true",
+                   help="also measure the no-op handler's ceiling (batch 1, 8 and ours) and the breakdown against it")
+    p.add_argument("--full", action="store_true",
+                   help="the long form: closed-loop sweep and open-loop fractions of its peak before the capacity "
+                        "search, the stock baseline and the ceiling (tens of minutes)")
     p.add_argument("--smoke", action="store_true",
                    help="a short run for tests: 1 s windows, concurrency 1,4 (stock: 1), one open-loop rate")
     p.add_argument("--out", type=Path, default=REPORTS, help="reports folder (default: benchmarks/reports)")
@@ -170,11 +185,20 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
             raise BenchmarkError(f"--{name.replace('_', '-')} must be > 0")
     if args.capacity_points < 0:
         raise BenchmarkError("--capacity-points must be >= 0")
+    if args.rate_fractions and not (args.full or args.concurrency or args.smoke):
+        raise BenchmarkError("--rate-fractions are fractions of the closed-loop sweep's peak: add --full (or "
+                             "--concurrency N,N,...), or give absolute --rates")
+    fractions = args.rate_fractions or FULL_FRACTIONS
+    if args.full:
+        args.stock = args.ceiling = True
+        args.rate_fractions = fractions
     if args.smoke:
         args.capacity_points = 0
         args.window_s, args.max_windows, args.stable_windows = 1.0, 3, 3
         args.concurrency, args.rate_fractions = args.concurrency or (1, 4), (0.5,)
         args.inprocess_seconds, args.warmup_s = min(args.inprocess_seconds, 2.0), 2.0
+    # Without a sweep there is no peak to take fractions of: the search starts from the in-process limit.
+    sweep = args.full or bool(args.concurrency)
     try:
         rule = StabilityRule(tolerance_pct=args.stability_pct, last=args.stable_windows,
                              max_windows=max(args.max_windows, args.stable_windows))
@@ -183,22 +207,26 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
     from benchmarks.load.loadgen import concurrency_levels
 
     plan = LoadPlan(
-        levels=args.concurrency or concurrency_levels(args.max_concurrency),
-        min_gain_pct=None if args.concurrency else args.min_gain_pct,
-        rates=args.rates or (), rate_fractions=args.rate_fractions, rule=rule, window_s=args.window_s,
+        levels=args.concurrency or (concurrency_levels(args.max_concurrency) if args.full else (1,)),
+        min_gain_pct=args.min_gain_pct if args.full and not args.concurrency else None,
+        rates=args.rates or (), rate_fractions=(args.rate_fractions or ()) if sweep or args.rates else (),
+        rule=rule, window_s=args.window_s,
         connections=args.connections, warmup_s=args.warmup_s, min_window_requests=0 if args.smoke else 20,
         point_requests=0 if args.smoke else args.point_requests,
         wait_quiet_s=args.wait_quiet, capacity_points=args.capacity_points, slo_ms=args.slo_ms or entry.slo_ms,
-        low_load_fraction=0.2 if args.capacity_points else 0.0,
+        low_load_fraction=LOW_LOAD_FRACTION if args.capacity_points else 0.0,
     )
-    # The baseline's capacity is not searched: it rarely meets the target at all, and its low rates are slow.
-    stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else plan.levels, capacity_points=0,
+    # The baseline always gets the long form's sweep and fractions of its own peak; its capacity is not
+    # searched: it rarely meets the target at all, and its low rates are slow.
+    stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else concurrency_levels(args.max_concurrency),
+                         min_gain_pct=None if args.smoke else args.min_gain_pct,
+                         rate_fractions=args.rate_fractions if args.smoke else fractions, capacity_points=0,
                          low_load_fraction=0.0)
     return BenchConfig(
         model=args.model, settings=settings, threads=args.threads, plan=plan, stock_plan=stock_plan,
         slo_ms=args.slo_ms or entry.slo_ms, base_config=Path(args.config).resolve(),
-        inprocess_s=args.inprocess_seconds, stock=not args.no_stock, stock_workers=args.stock_workers,
-        ceiling=not args.no_ceiling, variant=variant,
+        inprocess_s=args.inprocess_seconds, stock=args.stock, stock_workers=args.stock_workers,
+        ceiling=args.ceiling, variant=variant,
         compare=tuple(v for v in dict.fromkeys(args.compare_variant) if v != variant),
         out=args.out, smoke=args.smoke,
         command=shlex.join([".venv/bin/python", "-m", "benchmarks.bench", *argv]),
@@ -271,7 +299,8 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
 
 
 def run_ours(cfg: BenchConfig, store: Path, variant: Optional[str] = None, label: str = "ours") -> ServerRun:
-    """Our handler on a TorchServe with cfg's settings, serving `variant`'s archive (default: cfg's)."""
+    """Our handler on a TorchServe with cfg's settings (and load plan), serving `variant`'s archive
+    (default: cfg's)."""
     from benchmarks.load.runner import run_server
     from build.catalogue import Catalogue
 
@@ -333,12 +362,14 @@ def run(cfg: BenchConfig) -> Path:
             quiet("ceiling")
             ceiling = measure_ceiling(cfg.model, cfg.settings, cfg.plan, cfg.base_config, METRICS_PROPERTIES,
                                       tmp, progress)
+        if not cfg.plan.rates and not cfg.plan.rate_fractions:
+            cfg = replace(cfg, plan=replace(cfg.plan, rates=(round(START_FRACTION * limit["items_per_s"], 1),)))
         quiet("ours")
         runs = {"ours": run_ours(cfg, store)}
         for variant in cfg.compare:
             quiet(variant)
             runs[f"variant {variant}"] = run_ours(cfg, store, variant, f"variant {variant}")
-        no_stock = None if cfg.stock else "not asked for (--no-stock)"
+        no_stock = None if cfg.stock else "not asked for (--stock)"
         if cfg.stock:
             quiet("stock")
             try:
