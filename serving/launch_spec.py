@@ -28,8 +28,9 @@ class StartCommand(Enum):
     """How `torchserve --start` is told its configuration, run in the server's working directory.
 
     LAUNCHER is ours: the file by absolute path, no snapshots. The others are how users start it
-    from the repository root (README): TorchServe then reads ./config.properties (TS_CONFIG: named,
-    PLAIN: found, unless a logs/config snapshot wins; PLAIN_NCS: found, no snapshots).
+    from the repository root (docs/operations.md): TorchServe then reads ./config.properties
+    (TS_CONFIG: named, PLAIN: found, unless a logs/config snapshot wins; PLAIN_NCS: found, no
+    snapshots).
     """
 
     LAUNCHER = "launcher"

@@ -1,6 +1,6 @@
-"""README "Serve your own model", step by step, with models this test makes itself: a small CNN
-on 8x8 scans (family tensor, eager: the user's module travels in the archive) and a small image
-classifier (family image_classifier, traced to TorchScript). Built by the same command a user runs,
+"""docs/own-model.md (the README's "Serve your own model"), step by step, with models this test
+makes itself: a small CNN on 8x8 scans (family tensor, eager: the user's module travels in the
+archive) and a small image classifier (family image_classifier, traced to TorchScript). Built by the same command a user runs,
 served by a real TorchServe, and each answer held to the same archive run in-process.
 """
 

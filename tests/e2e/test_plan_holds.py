@@ -1,8 +1,8 @@
 """The tuned thread plan holds however TorchServe is started.
 
-Each server starts the way the README tells a user to, from a folder laid out like the repository
-root (config.properties with its ports moved to free ones, model_store/ beside it), with no
-TS_CONFIG_FILE or LOG_LOCATION in its environment:
+Each server starts the way docs/operations.md tells a user to, from a folder laid out like the
+repository root (config.properties with its ports moved to free ones, model_store/ beside it), with
+no TS_CONFIG_FILE or LOG_LOCATION in its environment:
 
 - `torchserve --start --model-store model_store` (TorchServe finds ./config.properties, or the
   newest logs/config snapshot);
