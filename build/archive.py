@@ -28,7 +28,8 @@ import yaml
 import handlers
 from build import export, gate
 from build.catalogue import Catalogue, ModelEntry
-from build.errors import ExportError
+from build.errors import CatalogueError, ExportError
+from build.held_out import separation
 from build.sources import TorchScriptFile
 from build.speed import inprocess_speed
 from build.variants import Variant
@@ -203,7 +204,14 @@ class _Judge:
         self.entry, self.root, self.progress = entry, root, progress
         self.reference = None
         self.reference_outputs = None
-        self.inputs = gate.gate_inputs(entry.examples, entry.gate, root, f"model {entry.name!r}")
+        where = f"model {entry.name!r}"
+        apart = separation(entry.examples, entry.gate.held_out, entry.gate.calibration, root, where)
+        if not apart.apart:
+            raise CatalogueError(f"{where}: gate.held_out must be kept apart from the examples and the calibration "
+                                 f"set: {apart.problem()}")
+        self.inputs = gate.gate_inputs(entry.examples, entry.gate, root, where)
+        progress(f"  {entry.name}: gate inputs: {apart.examples} example(s) + {apart.held_out} held out "
+                 f"({apart.calibration} calibration input(s) kept apart)")
 
     def model(self, family) -> torch.nn.Module:
         if self.reference is None:
@@ -239,9 +247,13 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
         for problem in export.smoke_test(entry, family, served, settings, root):
             progress(f"  {name}: warning: {problem}")
         verdict = None
-        if judge is not None and judge.inputs:  # no examples and no held-out set: nothing to gate on
+        if judge is not None and judge.inputs:
             verdict = judge(family, export.load_served(served, settings, family, root), settings)
             progress(f"  {name} {variant.name}: gate {verdict.summary}")
+        else:
+            progress(f"  {name} {variant.name}: not gated: " + (
+                "the source is a TorchScript file, served as it is: there is no eager model to compare it with"
+                if judge is None else "no examples and no gate.held_out to compare outputs on"))
         speed = inprocess_speed(entry, family, lambda: export.load_served(served, settings, family, root), settings,
                                 root)
         size = served.stat().st_size / 2**20

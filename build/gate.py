@@ -2,8 +2,11 @@
 its held-out set, judged the way its family's answers are used.
 
     gate:
-      held_out: [{path: models/minilm/held_out.txt}]   # .txt: a text request per line; .npy: a row
+      held_out: [{path: models/minilm/held_out.txt}]   # .txt: a text request per line; .npy: a row;
+                                                       # .jsonl: a JSON request per line
       min_cosine: 0.99      # embeddings: every input's cosine to fp32's
+      calibration: [{path: models/minilm/calibration.txt}]   # what a variant's settings were chosen on:
+                            #   never gated on, and kept apart from held_out (build/held_out.py)
       top1_margin: 0.05     # classes: top-1 equal to fp32's where fp32's top-1 leads its top-2 by
                             #   this much (probability), else within fp32's top-2
       atol: 0.001           # raw tensors: |variant - fp32| <= atol + rtol * |fp32|, element-wise
@@ -14,6 +17,7 @@ Inputs go through the family's own decode and collate (exactly what a request be
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -34,6 +38,7 @@ GATE_BATCH = 8
 @dataclass(frozen=True)
 class GateSpec:
     held_out: Tuple[FileSource, ...] = ()
+    calibration: Tuple[FileSource, ...] = ()
     min_cosine: float = 0.99
     top1_margin: float = 0.05
     atol: float = 1e-3
@@ -42,10 +47,13 @@ class GateSpec:
     @classmethod
     def parse(cls, where: str, raw: Any) -> "GateSpec":
         raw = raw or {}
-        only_keys(where, raw, ("held_out", "min_cosine", "top1_margin", "atol", "rtol"))
-        files = raw.get("held_out", [])
-        if not isinstance(files, list):
-            raise CatalogueError(f"{where}.held_out: a list of files (path, or package + file)")
+        only_keys(where, raw, ("held_out", "calibration", "min_cosine", "top1_margin", "atol", "rtol"))
+        lists = {}
+        for name in ("held_out", "calibration"):
+            files = raw.get(name, [])
+            if not isinstance(files, list):
+                raise CatalogueError(f"{where}.{name}: a list of files (path, or package + file)")
+            lists[name] = tuple(FileSource.parse(f"{where}.{name}[{i}]", f) for i, f in enumerate(files))
         numbers = {}
         for key, low, high in (("min_cosine", -1.0, 1.0), ("top1_margin", 0.0, 1.0), ("atol", 0.0, None),
                                ("rtol", 0.0, None)):
@@ -55,8 +63,7 @@ class GateSpec:
                 raise CatalogueError(f"{where}.{key}: a number in [{low}, {high if high is not None else 'inf'}], "
                                      f"got {value!r}")
             numbers[key] = float(value)
-        held_out = tuple(FileSource.parse(f"{where}.held_out[{i}]", f) for i, f in enumerate(files))
-        return cls(held_out=held_out, **numbers)
+        return cls(**lists, **numbers)
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,10 @@ def gate_inputs(examples: Sequence[Example], spec: GateSpec, root: Path, where: 
             lines = path.read_text(encoding="utf-8").splitlines()
             inputs.extend(GateInput(f"{path.name}:{n}", line, "text/plain")
                           for n, line in enumerate(lines, 1) if line.strip())
+        elif suffix == ".jsonl":
+            lines = path.read_text(encoding="utf-8").splitlines()
+            inputs.extend(GateInput(f"{path.name}:{n}", json.loads(line), "application/json")
+                          for n, line in enumerate(lines, 1) if line.strip())
         elif suffix == ".npy":
             stack = np.load(path, allow_pickle=False)
             inputs.extend(GateInput(f"{path.name}[{n}]", {"inputs": row.tolist()}, "application/json")
@@ -106,8 +117,9 @@ def gate_inputs(examples: Sequence[Example], spec: GateSpec, root: Path, where: 
         elif suffix in CONTENT_TYPES:
             inputs.append(GateInput(path.name, path.read_bytes(), CONTENT_TYPES[suffix]))
         else:
-            raise CatalogueError(f"{where}.gate.held_out[{i}]: {path.name}: a .txt (a text per line), an .npy "
-                                 f"(an item per row) or one of {', '.join(CONTENT_TYPES)}")
+            raise CatalogueError(f"{where}.gate.held_out[{i}]: {path.name}: a .txt (a text per line), a .jsonl (a "
+                                 f"JSON request per line), an .npy (an item per row) or one of "
+                                 f"{', '.join(CONTENT_TYPES)}")
     return tuple(inputs)
 
 

@@ -4,8 +4,12 @@ or a whole Hugging Face folder: `huggingface: {train: models/tinylm/train.py}`.
 The script (a repository file) defines `train(out: Path) -> dict`: it trains on data that installs
 offline, writes `out/weights.safetensors` (or a Hugging Face folder: config.json, weights,
 tokenizer.json) and returns its figures (held-out accuracy, perplexity, say). The
-result is cached under `model_store/.trained/<script>-<hash>/`, keyed by the content of the
-script's folder and the torch version: `make build` trains again only when those change.
+result is cached under `model_store/.trained/<script>-<hash>/`, keyed by the Python code of the
+script's folder and the torch version: `make build` trains again only when those change (data files
+beside the script, such as examples, held-out sets and the training report, are its outputs).
+
+The figures are also written to `training_report.json` beside the script (committed: the model's
+quality figures are read from there, never from the git-ignored cache).
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from build.errors import CatalogueError
 WEIGHTS = "weights.safetensors"
 
 
+REPORT = "training_report.json"
+
+
 def _folder_hash(script: Path) -> str:
     digest = hashlib.sha256(f"torch={torch.__version__}".encode())
-    for path in sorted(script.parent.rglob("*")):
+    for path in sorted(script.parent.rglob("*.py")):
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(script.parent)).encode())
             digest.update(path.read_bytes())
@@ -45,6 +52,7 @@ def trained_folder(script_path: str, root: Path, where: str, expect: str, progre
         raise CatalogueError(f"{where}.train: {script_path!r} is not a .py file of the catalogue's folder")
     cache = root / "model_store" / ".trained" / f"{script.stem}-{_folder_hash(script)}"
     if (cache / expect).is_file():
+        write_report(script, root, cache)
         return cache
     module_name = str(script.relative_to(root).with_suffix("")).replace("/", ".")
     progress(f"  training with {script_path} (cached afterwards in {cache.relative_to(root)})")
@@ -68,4 +76,17 @@ def trained_folder(script_path: str, root: Path, where: str, expect: str, progre
     (scratch / "figures.json").write_text(json.dumps(figures or {}, indent=2) + "\n")
     scratch.rename(cache)
     progress(f"  trained: {json.dumps(figures or {})}")
+    write_report(script, root, cache)
     return cache
+
+
+def write_report(script: Path, root: Path, cache: Path) -> None:
+    """<script folder>/training_report.json: the figures of the weights being archived (rewritten only
+    when they change, so a cached build leaves the file alone)."""
+    figures = json.loads((cache / "figures.json").read_text()) if (cache / "figures.json").is_file() else {}
+    report = {"script": str(script.relative_to(root)), "torch": torch.__version__, "cache_key": cache.name,
+              "figures": figures}
+    path = script.parent / REPORT
+    text = json.dumps(report, indent=2) + "\n"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")

@@ -124,7 +124,17 @@ def write_examples() -> None:
         {"series": [{"history": earlier, "horizon": 13}, {"history": latest, "horizon": 13}]}) + "\n")
 
 
+def write_held_out(every: int = 4) -> None:
+    """held_out.jsonl: every `every`-th held-out history but the examples' two (the first and the
+    last), one request per line, for the build's accuracy gate."""
+    (_, _), (history, _) = split(weekly_co2())
+    rows = range(every, len(history) - 1, every)
+    lines = [json.dumps({"history": history[i].astype(np.float64).round(2).tolist()}) for i in rows]
+    (HERE / "held_out.jsonl").write_text("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         print(train(Path(tmp)))
     write_examples()
+    write_held_out()

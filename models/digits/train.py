@@ -56,21 +56,34 @@ def train(out: Path) -> dict:
     return {"held_out_accuracy": round(accuracy, 4), "held_out": HELD_OUT, "epochs": EPOCHS, "seed": SEED}
 
 
+def example_rows(targets: np.ndarray, test_rows: np.ndarray) -> list:
+    """(digit, row) of the four example scans: the first held-out scan of each digit, in held-out order."""
+    first: dict = {}
+    for row in test_rows:
+        first.setdefault(int(targets[row]), int(row))
+    return list(first.items())[:4]
+
+
 def write_examples() -> None:
     """The class names and four held-out scans (three .npy, one JSON) the catalogue entry uses."""
     images, targets, _, test_rows = _data()
     (HERE / "labels.json").write_text(json.dumps([str(d) for d in range(10)]) + "\n")
-    first = {}
-    for row in test_rows:  # the first held-out scan of each digit, in held-out order
-        first.setdefault(int(targets[row]), row)
-    chosen = list(first.items())[:4]
+    chosen = example_rows(targets, test_rows)
     for digit, row in chosen[:3]:
         np.save(HERE / f"example_{digit}.npy", images[row])
     digit, row = chosen[3]
     (HERE / f"example_{digit}.json").write_text(json.dumps({"inputs": images[row].astype(int).tolist()}) + "\n")
 
 
+def write_held_out() -> None:
+    """held_out.npy: every held-out scan but the examples, for the build's accuracy gate."""
+    images, targets, _, test_rows = _data()
+    taken = {row for _, row in example_rows(targets, test_rows)}
+    np.save(HERE / "held_out.npy", images[[row for row in test_rows if int(row) not in taken]])
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         print(train(Path(tmp)))
     write_examples()
+    write_held_out()

@@ -160,8 +160,20 @@ def greedy_sample(model, tokenizer, prompt: str, tokens: int) -> str:
     return tokenizer.decode(ids[0].tolist())
 
 
+def write_held_out(count: int = 48, words: int = 8) -> None:
+    """held_out.jsonl: prompts cut from held-out paragraphs (never trained on), one request per line,
+    for the build's accuracy gate (its next-token check)."""
+    import random
+
+    paragraphs = [p.strip() for text in topics()[1] for p in text.split("\n\n") if len(p.split()) >= 2 * words]
+    chosen = random.Random(SEED).sample(paragraphs, count)
+    lines = [json.dumps({"prompt": " ".join(p.split()[:words]), "max_new_tokens": 1}) for p in chosen]
+    (Path(__file__).resolve().parent / "held_out.jsonl").write_text("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         figures = train(Path(tmp))
     json.dump(figures, sys.stdout, indent=2)
     print()
+    write_held_out()
