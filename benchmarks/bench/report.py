@@ -64,7 +64,7 @@ def sentences(s: dict) -> List[str]:
     if ours["slo_rps"]:
         verdict = f"At p99 <= {slo:g} ms (open loop) ours serves {ours['slo_rps']:.1f} req/s"
         if stock is None:
-            verdict += " (no stock baseline)"
+            verdict += " (no stock baseline measured)"
         elif stock["slo_rps"]:
             verdict += f", {s['speedup_at_slo']:.1f}x the stock baseline ({stock['slo_rps']:.1f} req/s)"
         else:
