@@ -9,7 +9,8 @@ from typing import Mapping, Tuple
 from serving.errors import ConfigError
 from serving.ts_config import ModelEntry, ServerConfig
 from benchmarks.tune.errors import TuneError
-from benchmarks.tune.mix.record import MixRecord, read_mix
+from serving.mix_record import MixRecord, read_mix
+from serving.plan_check import record_mismatches
 from deployment.errors import DeployError
 
 TUNE_FIX = 'make tune MIX=minilm=0.7,efficientnet_lite0=0.3'
@@ -32,13 +33,7 @@ def _check_entry(path: Path, entry: ModelEntry, mix: MixRecord) -> None:
     """The models= values must be the ones the mix was measured with: the capacity and the cores
     budget hold for those values only."""
     share = next(m for m in mix.models if m.name == entry.name)
-    s = entry.settings
-    found = {"minWorkers": s.min_workers, "maxWorkers": s.max_workers, "threads": s.threads,
-             "batchSize": s.batch_size, "maxBatchDelay": s.max_batch_delay_ms, "marName": entry.archive}
-    wanted = {"minWorkers": share.workers, "maxWorkers": share.workers, "threads": share.threads,
-              "batchSize": share.batch_size, "maxBatchDelay": share.max_batch_delay_ms,
-              "marName": share.served_archive}
-    wrong = [f"{k}={found[k]!r} (record: {wanted[k]})" for k in wanted if found[k] != wanted[k]]
+    wrong = record_mismatches(entry, share)
     if wrong:
         raise DeployError(f"{path}: models.{entry.name} disagrees with the mix record: {', '.join(wrong)}; "
                           f"the record's capacity holds for its own values only: re-tune ({TUNE_FIX})")

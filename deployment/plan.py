@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
-from benchmarks.tune.mix.record import MixRecord
+from serving.mix_record import MixRecord
 from deployment.errors import DeployError
 
 DEFAULT_HEADROOM = 0.3

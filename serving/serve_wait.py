@@ -14,10 +14,13 @@ from pathlib import Path
 
 import requests
 
+from handlers.runtime import usable_cores
 from serving import processes
 from serving.client import Client, Endpoints, Tokens
 from serving.errors import ApiError, ConfigError, LauncherError
 from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
+from serving.mix_record import read_mix
+from serving.plan_check import plan_problems
 from serving.ts_config import ServerConfig, archive_model_name
 
 
@@ -59,6 +62,12 @@ def check(config: ServerConfig) -> int:
         print(f"note: {name} is built but not in config.properties' load_models, so it is not served: add "
               f"{name}={name}.mar there, or run make tune MODEL={name} (it writes it)", file=sys.stderr)
     print("loading " + ", ".join(f"{n} from {a}" for n, a in loaded.items()), file=sys.stderr)
+    try:
+        problems = plan_problems(config, list(loaded), read_mix(config.path), usable_cores())
+    except ConfigError as err:
+        problems = [str(err)]
+    for problem in problems:
+        print(f"warning: config.properties: {problem}", file=sys.stderr)
     return 0
 
 

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from serving.properties import read
 from serving.ts_config import ModelEntry, ModelSettings, format_models
-from benchmarks.tune.mix.record import MixRecord, ModelShare
+from serving.mix_record import MixRecord, ModelShare
 
 # name -> (share, slo_ms, workers, threads, batch, delay_ms)
 SHARES = {"minilm": (0.7, 50.0, 1, 1, 6, 1), "efficientnet_lite0": (0.3, 100.0, 1, 1, 3, 2)}

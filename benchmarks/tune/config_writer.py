@@ -29,10 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from serving import properties
-from serving.ts_config import TUNED_KEYS, ModelSettings
 from benchmarks.tune.errors import ConfigWriteError
 from handlers.plan import THREADS_KEY
+from handlers.runtime import usable_cores
+from serving import properties
+from serving.errors import LauncherError
+from serving.mix_record import read_mix
+from serving.plan_check import plan_problems
+from serving.repo import MODEL_STORE
+from serving.ts_config import TUNED_KEYS, ModelSettings, ServerConfig
 
 HEADER = "# Tuner provenance (python -m benchmarks.tune): one record per tuned model, for its values in models= below."
 RECORD_PREFIX = "# tuned "
@@ -329,4 +334,18 @@ def write_config(path: Path, updates: Sequence[Update], records: Sequence[Proven
     if removed:
         print(f"[tune] removed {len(removed)} TorchServe snapshot(s) from {removed[0].parent}: a plain "
               f"`torchserve --start` would have loaded them instead of the new {path.name}", file=sys.stderr)
+    for problem in written_plan_problems(path):
+        print(f"[tune] warning: {path.name}: {problem}", file=sys.stderr)
     return new
+
+
+def written_plan_problems(path: Path) -> List[str]:
+    """What no longer holds in the whole written file (serving/plan_check.py): a model tuned alone
+    re-checks the cores budget of everything load_models loads, and the mix record against it."""
+    config = ServerConfig.load(path)
+    try:
+        loaded = list(config.startup_archives(MODEL_STORE))
+        record = read_mix(path)
+    except LauncherError as err:
+        return [str(err)]
+    return plan_problems(config, loaded, record, usable_cores())

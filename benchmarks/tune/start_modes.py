@@ -28,7 +28,7 @@ from serving.launcher import StartCommand, TorchServe
 from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS, shown
 from serving.ts_config import ServerConfig
 from benchmarks.tune.config_writer import Update, write_config
-from benchmarks.tune.mix.record import read_mix
+from serving.mix_record import read_mix
 from build.catalogue import Catalogue
 from handlers.frontend import CONFIG_ENV
 from handlers.runtime import usable_cores

@@ -14,7 +14,7 @@ import pytest
 from serving import properties
 from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from serving.ts_config import parse_models
-from benchmarks.tune.mix.record import read_mix
+from serving.mix_record import read_mix
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ from benchmarks.tune.config_writer import Update
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix.measure import Capacity
 from benchmarks.tune.mix.plan import MixPlan, apportion, neighbours, starting_plan
-from benchmarks.tune.mix.record import MixRecord, ModelShare, read_mix
+from serving.mix_record import MixRecord, ModelShare, read_mix
 from benchmarks.tune.mix.search import SearchSettings, bottleneck_order, search
 from benchmarks.tune.mix.writer import rewrite_mix
 from benchmarks.tune.space import Candidate

@@ -26,7 +26,7 @@ from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix import report
 from benchmarks.tune.mix.measure import Capacity, PointSettings, measure_capacity
 from benchmarks.tune.mix.plan import MixPlan, starting_plan
-from benchmarks.tune.mix.record import MixRecord, ModelShare
+from serving.mix_record import MixRecord, ModelShare
 from benchmarks.tune.mix.search import SearchSettings, search
 from benchmarks.tune.mix.writer import write_mix
 from benchmarks.tune.outcome import machine
@@ -111,12 +111,13 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
     updates = [Update(n, s, base.model(n).version if n in others else "1.0",
                       base.model(n).archive if n in others else f"{n}.mar")
                for n, s in chosen.plan.settings(others).items()]
-    record = _record(options, chosen.plan, chosen.capacity, reference, environment, served)
+    loaded = tuple(base.startup_archives(options.model_store))  # every server of this tune loads these
+    record = _record(options, chosen.plan, chosen.capacity, reference, environment, served, loaded)
     write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
     progress(f"wrote {shown(written)}; verifying from it")
     verified = measure_capacity("tuned (from the written file)", mix, options.model_store, written, None,
                                 max(1.0, chosen.capacity.rate_rps), options.final_point, progress)
-    record = _record(options, chosen.plan, verified, reference, environment, served)
+    record = _record(options, chosen.plan, verified, reference, environment, served, loaded)
     write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
     content = report.build(options, alone, tried, chosen, reference, verified, record, environment)
     report.write(folder, content)
@@ -129,7 +130,7 @@ def _idle(others: Dict[str, ModelSettings], mix: Mix) -> Tuple[str, ...]:
 
 
 def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: Capacity, environment: dict,
-            served: Dict[str, str]) -> MixRecord:
+            served: Dict[str, str], loaded: Tuple[str, ...]) -> MixRecord:
     best = measured.best
     models = []
     for name, c in plan.models:
@@ -140,7 +141,7 @@ def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: C
                                  served[name]))
     return MixRecord(tuple(models), round(measured.rate_rps, 1), round(reference.rate_rps, 1), options.cores,
                      round(measured.memory_mib, 1), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                     shown(options.folder), machine(environment))
+                     shown(options.folder), machine(environment), loaded)
 
 
 def _provenance(record: MixRecord, environment: dict) -> Tuple[Provenance, ...]:
@@ -153,7 +154,7 @@ def _provenance(record: MixRecord, environment: dict) -> Tuple[Provenance, ...]:
 
 def reproduce(options: MixOptions, progress: Progress) -> int:
     """The written file's capacity measured again with the verification's points, against its record."""
-    from benchmarks.tune.mix.record import read_mix
+    from serving.mix_record import read_mix
 
     recorded = read_mix(options.config)
     if recorded is None:

@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from serving.ts_config import ModelSettings
 from benchmarks.tune.mix.measure import Capacity
-from benchmarks.tune.mix.record import MixRecord
+from serving.mix_record import MixRecord
 from benchmarks.tune.mix.search import Tried
 
 TARGET_RATIO = 1.5  # the issue's target: tuned capacity in the mix >= 1.5x the per-model-alone values'

@@ -1,5 +1,5 @@
 """Write a mix plan into config.properties: every model's values (threads included) in models=,
-per-model provenance records, and the mix record (benchmarks/tune/mix/record.py) above them.
+per-model provenance records, and the mix record (serving/mix_record.py) above them.
 
 Models outside the mix keep their batch and delay and get one worker of one thread; their old
 records (which described values tuned alone) are dropped.
@@ -19,8 +19,8 @@ from benchmarks.tune.config_writer import (
     rewrite,
     write_config,
 )
-from benchmarks.tune.mix.record import MIX_PREFIX, MORE, MixRecord
-from benchmarks.tune.mix.record import RECORD_PREFIX as MIX_RECORD
+from serving.mix_record import MIX_PREFIX, MORE, MixRecord
+from serving.mix_record import RECORD_PREFIX as MIX_RECORD
 
 
 def _without_mix_block(lines: List[str]) -> List[str]:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from benchmarks.tune.errors import TuneError
+from serving.errors import ConfigError
 
 MIX_PREFIX = "# tuned mix: "
 RECORD_PREFIX = "# mix-record: "
@@ -53,6 +53,8 @@ class MixRecord:
     date: str
     report: str
     machine: str
+    # Every model the server loaded while it was measured (the mix's and idle ones); empty: not recorded.
+    loaded: Tuple[str, ...] = ()
 
     @property
     def shares(self) -> Dict[str, float]:
@@ -65,9 +67,9 @@ class MixRecord:
     def from_json(cls, raw: dict) -> "MixRecord":
         try:
             models = tuple(ModelShare(**m) for m in raw["models"])
-            return cls(**{**raw, "models": models})
+            return cls(**{**raw, "models": models, "loaded": tuple(raw.get("loaded", ()))})
         except (KeyError, TypeError) as exc:
-            raise TuneError(f"mix record: {exc} (re-tune with python -m benchmarks.tune --mix ...)") from exc
+            raise ConfigError(f"mix record: {exc} (re-tune with python -m benchmarks.tune --mix ...)") from exc
 
     def lines(self) -> Tuple[str, ...]:
         parts = ", ".join(f"{m.name} {m.share:.0%} (p99 <= {m.slo_ms:g} ms)" for m in self.models)
@@ -90,5 +92,5 @@ def read_mix(config: Path) -> Optional[MixRecord]:
             try:
                 found = json.loads(line[len(RECORD_PREFIX):])
             except json.JSONDecodeError as exc:
-                raise TuneError(f"{config}: unreadable mix record ({exc}); re-tune with --mix") from exc
+                raise ConfigError(f"{config}: unreadable mix record ({exc}); re-tune with --mix") from exc
     return None if found is None else MixRecord.from_json(found)
