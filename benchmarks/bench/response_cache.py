@@ -1,9 +1,13 @@
 """Benchmark the response cache: capacity at the SLO with the cache against without it, on a
 Zipf-distributed workload (s = 1.1 over 1,000 distinct inputs) and on all-distinct inputs (what the
 cache costs when it never hits). One server, the archive with `response_cache` on; "without" sends
-the same requests with `Cache-Control: no-cache` (no key, no lookup, nothing stored), and the two arms
-alternate at every concurrency level, so a slow spell of the machine falls on both. The cost on
-all-distinct inputs is then measured again as throughput at one concurrency, over several
+the same requests with `Cache-Control: no-cache` (no key, no lookup, nothing stored).
+
+Capacity is open loop, as everywhere a latency target is claimed: the highest Poisson rate within
+p99 <= SLO, every request answered (benchmarks/load/capacity.py, the tuner's search). The two arms'
+searches measure in turn, point for point, so a slow spell of the machine falls on both. Where the
+load generator, not the server, is what stops the cache arm, the figure is a floor and says so. The
+cost on all-distinct inputs is then measured again as throughput at one concurrency, over several
 alternating pairs, since a capacity read off a p99 crossing moves with the noise of one point.
 
     python -m benchmarks.bench.response_cache --model minilm
@@ -18,15 +22,19 @@ import json
 import re
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 import numpy as np
 import yaml
 
 from benchmarks.bench.archive_settings import with_handler_settings
-from benchmarks.load.loadgen import LoadResult, Payload, Target, closed_loop
+from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate
+from benchmarks.load.loadgen import Payload, Target, closed_loop, open_loop
+from benchmarks.load.runner import OpenPoint, open_window_s
 from benchmarks.load.stats import StabilityRule
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, MODEL_STORE, REPORTS, shown
@@ -77,28 +85,112 @@ def payloads(template: dict, field: str, texts: Sequence[str], headers=()) -> Li
     return [Payload(json.dumps({**template, field: t}).encode(), "application/json", headers=headers) for t in texts]
 
 
-def sweep(target: Target, workload: Dict[str, List[Payload]], levels: Sequence[int], rule: StabilityRule,
-          window_s: float, distinct: bool) -> Tuple[Dict[str, List[dict]], int]:
-    """Both arms at each level, alternating which goes first. All-distinct workloads never reuse an
-    input: each point starts where the last one stopped. Returns the points and the inputs used."""
-    out: Dict[str, List[dict]] = {arm: [] for arm in workload}
-    offset = 0
-    for i, level in enumerate(levels):
-        arms = list(workload) if i % 2 == 0 else list(workload)[::-1]
-        for arm in arms:
-            stream = workload[arm][offset:] if distinct else workload[arm]
-            result: LoadResult = closed_loop(target, stream, level, rule, window_s, progress=log)
-            if distinct:
-                offset += len(result.samples)
-                if offset >= len(workload[arm]):
-                    raise SystemExit("error: the all-distinct workload ran out of inputs: raise --distinct")
-            figures = result.figures()
-            out[arm].append({"concurrency": level, "throughput_rps": round(figures["throughput_rps"], 1),
-                             "p99_ms": round(figures["latency_ms"]["p99_ms"], 2), "requests": figures["requests"],
-                             "errors": figures["errors"], "stable": figures["stable"]})
-            log(f"  {arm}, concurrency {level}: {figures['throughput_rps']:.1f} req/s, "
-                f"p99 {figures['latency_ms']['p99_ms']:.1f} ms ({figures['requests']} requests)")
-    return out, offset
+# Open-loop points as the bench and the tuner measure them.
+POINT_REQUESTS = 2000
+MIN_WINDOW_REQUESTS = 20
+CONNECTIONS = 64
+GENERATOR_LIMIT = "could not keep up"  # a point's warning when the load generator, not the server, fell behind
+
+
+@dataclass
+class Arm:
+    """One arm of one workload: its requests and, for all-distinct inputs, where the next point starts
+    (no input is ever sent twice)."""
+
+    payloads: List[Payload]
+    distinct: bool
+    offset: int = 0
+
+    def stream(self) -> List[Payload]:
+        return self.payloads[self.offset:] if self.distinct else self.payloads
+
+    def used(self, count: int) -> None:
+        if self.distinct:
+            self.offset += count
+            if self.offset >= len(self.payloads):
+                raise SystemExit("error: the all-distinct workload ran out of inputs: raise --distinct")
+
+
+class Turns:
+    """Searches that measure in turn, one point each (A, B, A, B, ...), until each is done."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.order, self.turn, self.done = list(names), 0, set()
+        self.cond = threading.Condition()
+
+    def _mine(self, name: str) -> bool:
+        live = [n for n in self.order if n not in self.done]
+        return live[self.turn % len(live)] == name
+
+    def wrap(self, name: str, probe):
+        def in_turn(rate: float):
+            with self.cond:
+                self.cond.wait_for(lambda: self._mine(name))
+            try:
+                return probe(rate)
+            finally:
+                with self.cond:
+                    self.turn += 1
+                    self.cond.notify_all()
+        return in_turn
+
+    def finish(self, name: str) -> None:
+        with self.cond:
+            self.done.add(name)
+            self.cond.notify_all()
+
+
+def search_arms(target: Target, arms: Dict[str, Arm], slo_ms: float, start_rps: Dict[str, float],
+                rule: StabilityRule, window_s: float, settings: RateSettings) -> Dict[str, dict]:
+    """Each arm's capacity at the SLO, open loop, the arms measuring in turn."""
+    turns, found, failed = Turns(list(arms)), {}, []
+
+    def search(name: str) -> None:
+        arm = arms[name]
+
+        def probe(rate: float) -> OpenPoint:
+            window = open_window_s(rate, window_s, POINT_REQUESTS, rule.last, MIN_WINDOW_REQUESTS)
+            log(f"  {name}: open loop, Poisson {rate:.1f} req/s")
+            result = open_loop(target, arm.stream(), rate, rule, window, CONNECTIONS, seed=int(rate * 1000),
+                               drain_s=max(10.0, 2 * window), progress=log)
+            arm.used(len(result.samples))
+            return OpenPoint(result.figures())
+
+        try:
+            found[name] = find_max_rate(turns.wrap(name, probe), start_rps[name], slo_ms, settings)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            failed.append(exc)
+        finally:
+            turns.finish(name)
+
+    threads = [threading.Thread(target=search, args=(name,), name=f"search-{name}") for name in arms]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+    return {name: arm_figures(search, slo_ms) for name, search in found.items()}
+
+
+def arm_figures(search: RateSearch, slo_ms: float) -> dict:
+    """The arm's points and capacity; a floor when the load generator fell behind above it."""
+    points = [{"rate_rps": round(p.rate_rps, 1), "offered_rps": round(p.offered_rps, 1),
+               "achieved_rps": round(p.achieved_rps, 1), "p99_ms": p.p99_ms and round(p.p99_ms, 2),
+               "requests": p.figures["requests"], "stable": p.figures["stable"], "passes": p.passes(slo_ms),
+               "warnings": p.figures["warnings"]} for p in sorted(search.points, key=lambda p: p.rate_rps)]
+    best = search.best
+    above = [p for p in points if not p["passes"] and (best is None or p["rate_rps"] > best.rate_rps)]
+    floor = bool(above) and all(any(GENERATOR_LIMIT in w for w in p["warnings"]) for p in above)
+    return {"points": points, "capacity_rps": round(best.achieved_rps, 1) if best else 0.0,
+            "p99_ms": round(best.p99_ms, 2) if best else None, "floor": floor or (best is not None and not above)}
+
+
+def start_rate(target: Target, arm: Arm, rule: StabilityRule, window_s: float, level: int = 8) -> float:
+    """Where an arm's search starts: 60% of its closed-loop throughput at `level` clients."""
+    result = closed_loop(target, arm.stream(), level, rule, window_s, progress=log)
+    arm.used(len(result.samples))
+    return max(1.0, round(0.6 * result.figures()["throughput_rps"], 1))
 
 
 def paired_peak(target: Target, workload: Dict[str, List[Payload]], level: int, pairs: int, offset: int,
@@ -143,18 +235,14 @@ def cache_cost(model: str, bodies: Sequence[bytes], answer: bytes, max_mib: floa
             "requests": len(bodies), "answer_bytes": len(answer)}
 
 
-def capacity(points: List[dict], slo_ms: float) -> float:
-    return max((p["throughput_rps"] for p in points if p["p99_ms"] <= slo_ms and not p["errors"]), default=0.0)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.response_cache", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a catalogue model whose first example is JSON with one text field")
-    parser.add_argument("--levels", default="1,2,4,8,16", help="closed-loop concurrencies")
     parser.add_argument("--universe", type=int, default=1000, help="distinct inputs of the Zipf workload")
     parser.add_argument("--zipf-s", type=float, default=1.1)
-    parser.add_argument("--distinct", type=int, default=200_000, help="inputs available to the all-distinct workload")
-    parser.add_argument("--window-s", type=float, default=3.0)
+    parser.add_argument("--distinct", type=int, default=400_000, help="inputs available to the all-distinct workload")
+    parser.add_argument("--window-s", type=float, default=5.0, help="open-loop window (the bench's)")
+    parser.add_argument("--max-points", type=int, default=7, help="open-loop points per capacity search")
     parser.add_argument("--pairs", type=int, default=8, help="alternating all-distinct pairs at --pair-level")
     parser.add_argument("--pair-level", type=int, default=8, help="closed-loop concurrency of those pairs")
     parser.add_argument("--workers", type=int, default=2)
@@ -162,7 +250,6 @@ def main(argv=None) -> int:
     parser.add_argument("--max-mib", type=float, default=64)
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
-    levels = [int(x) for x in args.levels.split(",")]
     entry = yaml.safe_load(CATALOGUE.read_text())["models"][args.model]
     slo_ms = float(entry.get("slo_ms", 100))
     template, field = text_field(entry, args.model)
@@ -174,39 +261,49 @@ def main(argv=None) -> int:
     # All distinct: pairs of sentences, none of them the Zipf universe's, never sent twice.
     rest = pool[args.universe:]
     distinct = [f"{rest[i % len(rest)]} {rest[(i // len(rest)) % len(rest)]}" for i in range(args.distinct)]
-    distinct_workload = {"cache": payloads(template, field, distinct),
-                         "no_cache": payloads(template, field, distinct, NO_CACHE)}
-    rule = StabilityRule()
+    # Three disjoint thirds of the all-distinct inputs: the cache arm's search, the no-cache arm's, the pairs.
+    third = len(distinct) // 3
+    workloads = {
+        "zipf": {"cache": Arm(payloads(template, field, zipf), False),
+                 "no_cache": Arm(payloads(template, field, zipf, NO_CACHE), False)},
+        "distinct": {"cache": Arm(payloads(template, field, distinct[:third]), True),
+                     "no_cache": Arm(payloads(template, field, distinct[third:2 * third], NO_CACHE), True)},
+    }
+    pairs = {"cache": payloads(template, field, distinct[2 * third:]),
+             "no_cache": payloads(template, field, distinct[2 * third:], NO_CACHE)}
+    rule, settings = StabilityRule(), RateSettings(max_points=args.max_points)
     when = time.strftime("%Y%m%d-%H%M%S")
-    report = {"model": args.model, "when": when, "slo_ms": slo_ms, "levels": levels, "universe": args.universe,
+    report = {"model": args.model, "when": when, "slo_ms": slo_ms, "universe": args.universe,
               "zipf_s": args.zipf_s, "workers": args.workers, "batch_size": args.batch_size, "max_mib": args.max_mib,
+              "point_requests": POINT_REQUESTS, "window_s": args.window_s,
               "command": "python -m benchmarks.bench.response_cache " + " ".join(argv if argv is not None else sys.argv[1:])}
     with tempfile.TemporaryDirectory(prefix="cachebench-") as tmp:
         with_cache(MODEL_STORE / f"{args.model}.mar", Path(tmp), args.model, args.max_mib)
-        settings = {args.model: ModelSettings(batch_size=args.batch_size, max_batch_delay_ms=1,
-                                                  min_workers=args.workers, max_workers=args.workers)}
-        with TorchServe(Path(tmp), models=settings, load=(args.model,)) as server:
+        settings_ = {args.model: ModelSettings(batch_size=args.batch_size, max_batch_delay_ms=1,
+                                               min_workers=args.workers, max_workers=args.workers)}
+        with TorchServe(Path(tmp), models=settings_, load=(args.model,)) as server:
             target = Target.for_model(server.client.endpoints.inference, args.model, server.client.tokens.inference)
-            answer = server.predict(args.model, distinct_workload["cache"][-1].body, "application/json").content
-            log(f"all-distinct inputs: cache vs no-cache, levels {levels}")
-            report["distinct"], sent = sweep(target, distinct_workload, levels, rule, args.window_s, distinct=True)
+            answer = server.predict(args.model, pairs["cache"][-1].body, "application/json").content
+            for name, arms in workloads.items():
+                log(f"{name}: where each arm's search starts (closed loop, 8 clients)")
+                starts = {arm: start_rate(target, a, rule, args.window_s) for arm, a in arms.items()}
+                log(f"{name}: capacity at p99 <= {slo_ms:g} ms, open loop, the arms measuring in turn")
+                report[name] = search_arms(target, arms, slo_ms, starts, rule, args.window_s, settings)
             log(f"all-distinct inputs: {args.pairs} alternating pairs at concurrency {args.pair_level}")
-            report["distinct_pairs"] = paired_peak(target, distinct_workload, args.pair_level, args.pairs, sent, rule,
+            report["distinct_pairs"] = paired_peak(target, pairs, args.pair_level, args.pairs, 0, rule,
                                                    args.window_s)
-            log(f"Zipf s={args.zipf_s} over {args.universe} inputs: cache vs no-cache, levels {levels}")
-            report["zipf"], _ = sweep(target, {"cache": payloads(template, field, zipf),
-                                            "no_cache": payloads(template, field, zipf, NO_CACHE)},
-                                   levels, rule, args.window_s, distinct=False)
             report["metrics"] = {name: server_total(server, name, args.model)
                                  for name in ("ResponseCacheHits", "ResponseCacheMisses", "ResponseCacheEvictions",
                                               "ResponseCacheBytes")}
-    report["cost"] = cache_cost(args.model, [p.body for p in distinct_workload["cache"][:10_000]], answer, args.max_mib)
-    best = max(p["throughput_rps"] for p in report["distinct"]["no_cache"])  # one request's worker time, from it:
+    report["cost"] = cache_cost(args.model, [p.body for p in workloads["distinct"]["cache"].payloads[:10_000]], answer,
+                                args.max_mib)
+    # One request's worker time, from the no-cache arm's capacity on all-distinct inputs.
+    best = report["distinct"]["no_cache"]["capacity_rps"] or 1.0
     report["cost"]["share_of_service"] = report["cost"]["us_per_request"] / (args.workers / best * 1e6)
     for workload in ("zipf", "distinct"):
-        figures = {arm: capacity(points, slo_ms) for arm, points in report[workload].items()}
-        figures["ratio"] = round(figures["cache"] / figures["no_cache"], 2) if figures["no_cache"] else None
-        report[f"{workload}_capacity_rps"] = figures
+        arms = report[workload]
+        report[f"{workload}_ratio"] = (round(arms["cache"]["capacity_rps"] / arms["no_cache"]["capacity_rps"], 2)
+                                       if arms["no_cache"]["capacity_rps"] else None)
     ratios = [p["ratio"] for p in report["distinct_pairs"]]
     report["distinct_pair_ratio"] = {"median": round(float(np.median(ratios)), 4), "min": min(ratios),
                                      "max": max(ratios), "level": args.pair_level}
@@ -226,21 +323,33 @@ def server_total(server, name: str, model: str) -> float:
     return Scrape.of(server.metrics_text()).total(name, model)
 
 
+def _capacity_text(arm: dict) -> str:
+    if arm["capacity_rps"] == 0:
+        return "none of the measured rates"
+    floor = " or more (the load generator fell behind above it: a floor)" if arm["floor"] else ""
+    return f"{arm['capacity_rps']} req/s{floor}"
+
+
 def markdown(report: dict) -> str:
     lines = [f"# Response cache: {report['model']} ({report['when']})", "", f"Command: `{report['command']}`", "",
              f"One TorchServe, {report['workers']} workers, batchSize {report['batch_size']}, the archive with "
              f"`response_cache.max_mib: {report['max_mib']}`; \"no cache\" sends `Cache-Control: no-cache`. "
-             f"Capacity: the highest closed-loop throughput with p99 <= {report['slo_ms']:g} ms.", ""]
+             f"Capacity: the highest open-loop Poisson rate with p99 <= {report['slo_ms']:g} ms and every request "
+             f"answered (points of >= {report['point_requests']} arrivals, {report['window_s']:g} s windows), the "
+             "two arms' searches measuring in turn.", ""]
     for workload, title in (("zipf", f"Zipf s={report['zipf_s']} over {report['universe']} inputs"),
                             ("distinct", "all-distinct inputs (never a hit)")):
-        cap = report[f"{workload}_capacity_rps"]
-        lines += [f"## {title}", "", "| concurrency | cache req/s | cache p99 ms | no cache req/s | no cache p99 ms |",
-                  "|---|---|---|---|---|"]
-        for on, off in zip(report[workload]["cache"], report[workload]["no_cache"]):
-            lines.append(f"| {on['concurrency']} | {on['throughput_rps']} | {on['p99_ms']} | {off['throughput_rps']} | "
-                         f"{off['p99_ms']} |")
-        lines += ["", f"Capacity at the SLO: cache {cap['cache']} req/s, no cache {cap['no_cache']} req/s: "
-                      f"**{cap['ratio']}x**.", ""]
+        arms = report[workload]
+        lines += [f"## {title}", "", "| arm | offered req/s | achieved req/s | p99 ms | requests | stable | passes |",
+                  "|---|---|---|---|---|---|---|"]
+        for arm in ("cache", "no_cache"):
+            lines += [f"| {arm} | {p['offered_rps']} | {p['achieved_rps']} | {p['p99_ms']} | {p['requests']} | "
+                      f"{'yes' if p['stable'] else 'no'} | {'yes' if p['passes'] else 'no'} |"
+                      for p in arms[arm]["points"]]
+        ratio = report[f"{workload}_ratio"]
+        floor = " (a floor: the cache arm's limit was the load generator's)" if arms["cache"]["floor"] else ""
+        lines += ["", f"Capacity at the SLO: cache {_capacity_text(arms['cache'])}, no cache "
+                      f"{_capacity_text(arms['no_cache'])}: **{ratio}x**{floor}.", ""]
     pr = report["distinct_pair_ratio"]
     lines += [f"## All-distinct inputs, throughput at concurrency {pr['level']}, arms alternating", "",
               "| pair | cache req/s | no cache req/s | cache / no cache |", "|---|---|---|---|"]
@@ -251,7 +360,7 @@ def markdown(report: dict) -> str:
     cost = report["cost"]
     lines += [f"The cache's own work per request, in-process ({cost['requests']} distinct bodies, "
               f"{cost['answer_bytes']}-byte answers): **{cost['us_per_request']} us** (key + lookup + store; "
-              f"runs {cost['runs_us']}). At the no-cache arm's best throughput per worker that is "
+              f"runs {cost['runs_us']}). At the no-cache arm's capacity on all-distinct inputs that is "
               f"{cost['share_of_service']:.2%} of a request's worker time.", ""]
     lines += [f"Server counters at the end: {report['metrics']}.", "", "![capacity](capacity.png)", ""]
     return "\n".join(lines)
@@ -274,10 +383,11 @@ def plot(report: dict, folder: Path) -> None:
     axes[2].legend()
     for ax, workload in zip(axes, ("zipf", "distinct")):
         for arm, style in (("cache", "o-"), ("no_cache", "s--")):
-            points = report[workload][arm]
-            ax.plot([p["throughput_rps"] for p in points], [p["p99_ms"] for p in points], style, label=arm)
+            points = [p for p in report[workload][arm]["points"] if p["p99_ms"] is not None]
+            ax.plot([p["achieved_rps"] for p in points], [p["p99_ms"] for p in points], style, label=arm)
         ax.axhline(report["slo_ms"], color="grey", linewidth=0.8)
-        ax.set_xlabel("throughput, req/s")
+        ax.set_yscale("log")
+        ax.set_xlabel("achieved req/s (open loop)")
         ax.set_title(workload)
         ax.legend()
     axes[0].set_ylabel("p99 latency, ms")

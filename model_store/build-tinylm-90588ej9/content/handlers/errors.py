@@ -1,0 +1,46 @@
+"""The package's one exception family. Each error carries the HTTP status its request gets."""
+
+
+class HandlerError(Exception):
+    """Base of every error the handlers raise on purpose."""
+
+    status = 500
+    kind = "HandlerError"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class BadInput(HandlerError):
+    """The request itself is wrong: that request alone gets a 400."""
+
+    status = 400
+    kind = "BadInput"
+
+
+class PayloadTooLarge(BadInput):
+    """The request body is over the model's size limit."""
+
+    status = 413
+    kind = "PayloadTooLarge"
+
+
+class UnsupportedMediaType(BadInput):
+    """The request's content type is not one the model takes."""
+
+    status = 415
+    kind = "UnsupportedMediaType"
+
+
+class ServerFault(HandlerError):
+    """Our fault, not the request's: that request alone gets a 500 (the log has the traceback)."""
+
+    status = 500
+    kind = "InternalServerError"
+
+
+class ConfigError(HandlerError):
+    """The archive's handler settings are wrong: the model must not load."""
+
+    kind = "ConfigError"

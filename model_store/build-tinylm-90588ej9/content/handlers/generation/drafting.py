@@ -1,0 +1,138 @@
+"""Who drafts the tokens speculative decoding verifies (engine.py): prompt lookup (no model), a
+recurrent TorchScript draft model (`draft.pt`, like the shipped example's), or a Hugging Face
+causal LM with the same tokenizer (the user's). A drafter keeps what it has read of each
+sequence, so each round it reads only the tokens the target model added since, and when the
+target model rejected part of a draft it steps back to the last accepted token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple
+
+import torch
+
+from handlers.generation.speculation import lookup_draft
+
+
+class Drafter(Protocol):
+    def draft(self, key: str, tokens: Sequence[int], count: int) -> List[int]:
+        """Up to `count` guesses of what follows `tokens` (a sequence's prompt and generated tokens)."""
+
+    def forget(self, key: str) -> None:
+        """The sequence has ended: drop what is kept for it."""
+
+
+class LookupDrafter:
+    def draft(self, key: str, tokens: Sequence[int], count: int) -> List[int]:
+        return lookup_draft(tokens, count)
+
+    def forget(self, key: str) -> None:
+        pass
+
+
+@dataclass
+class _Read:
+    """What a draft model has read of one sequence: `anchor` tokens of the sequence, then its own
+    guesses of the last round, each with the state after it (to step back to)."""
+
+    anchor: int
+    state: object
+    guesses: List[Tuple[int, object]] = field(default_factory=list)
+
+
+class ModelDrafter:
+    """Greedy drafts from a small model. `step(ids (1, n), state) -> (last logits (vocab,), state)`;
+    `start()` -> the state before any token. Subclasses give these two."""
+
+    def __init__(self) -> None:
+        self.read: Dict[str, _Read] = {}
+
+    def start(self):
+        raise NotImplementedError
+
+    def step(self, ids: List[int], state, length: int):
+        raise NotImplementedError
+
+    def draft(self, key: str, tokens: Sequence[int], count: int) -> List[int]:
+        read = self.read.get(key)
+        if read is None:
+            read = self.read[key] = _Read(0, self.start())
+        kept = 0  # the last round's guesses the sequence went on with
+        while kept < len(read.guesses) and read.anchor + kept < len(tokens) \
+                and tokens[read.anchor + kept] == read.guesses[kept][0]:
+            kept += 1
+        state = read.guesses[kept - 1][1] if kept else read.state
+        start = read.anchor + kept
+        with torch.inference_mode():
+            logits, state = self.step(list(tokens[start:]), state, start)
+            read.anchor, read.state, read.guesses = len(tokens), state, []
+            guesses = [int(logits.argmax())]
+            while len(guesses) < count:
+                logits, state = self.step(guesses[-1:], state, len(tokens) + len(guesses) - 1)
+                read.guesses.append((guesses[-1], state))
+                guesses.append(int(logits.argmax()))
+        return guesses
+
+    def forget(self, key: str) -> None:
+        self.read.pop(key, None)
+
+
+class RecurrentDrafter(ModelDrafter):
+    """A TorchScript module with `forward(ids, state) -> (logits, state)` and `initial_state(rows)`."""
+
+    def __init__(self, module: torch.jit.ScriptModule) -> None:
+        super().__init__()
+        self.module = module
+
+    def start(self):
+        return self.module.initial_state(1)
+
+    def step(self, ids: List[int], state, length: int):
+        logits, state = self.module(torch.tensor([ids], dtype=torch.long), state)
+        return logits[0, -1], state
+
+
+class CausalLMDrafter(ModelDrafter):
+    """Any Hugging Face causal LM sharing the target's tokenizer; its state is its KV cache, whose
+    length says how much it has read (a step back crops it)."""
+
+    def __init__(self, lm: torch.nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def start(self):
+        return None
+
+    def step(self, ids: List[int], state, length: int):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.lm.config)
+        if state is not None:  # (layers, length): copy on write, so an older state stays valid
+            cache = DynamicCache(ddp_cache_data=[(k[:, :, :length], v[:, :, :length]) for k, v in state],
+                                 config=self.lm.config)
+        out = self.lm(input_ids=torch.tensor([ids], dtype=torch.long), past_key_values=cache, use_cache=True,
+                      logits_to_keep=1)
+        return out.logits[0, -1].float(), [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+
+
+def load_drafter(kind: str, model_dir, draft_model: str) -> Optional[Drafter]:
+    """settings.causal_lm.speculation: off | lookup | draft (draft_model: a TorchScript file or a
+    Hugging Face folder in the archive)."""
+    from pathlib import Path
+
+    from handlers.errors import ConfigError
+
+    if kind == "off":
+        return None
+    if kind == "lookup":
+        return LookupDrafter()
+    path = Path(model_dir) / draft_model
+    if path.is_file():
+        return RecurrentDrafter(torch.jit.load(str(path), map_location="cpu").eval())
+    if (path / "config.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        return CausalLMDrafter(AutoModelForCausalLM.from_pretrained(str(path)).eval())
+    raise ConfigError(f"causal_lm.draft_model: {draft_model!r} is neither a TorchScript file nor a Hugging Face "
+                      "folder in the archive (set it, or speculation: lookup)")

@@ -1,0 +1,113 @@
+"""One generation request, read from its JSON body and checked against the archive's limits.
+
+    {"prompt": "...", "max_new_tokens": 64, "temperature": 0, "top_k": 0, "top_p": 1.0,
+     "seed": 7, "stop": ["\\n\\n"], "stream": false, "ignore_eos": false}
+
+`ignore_eos` generates max_new_tokens whatever the model says (benchmarks want fixed lengths).
+
+Every problem is a BadInput naming the field; an unknown field is refused, never ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Tuple
+
+from handlers.errors import BadInput, PayloadTooLarge
+
+FIELDS = ("prompt", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stream", "ignore_eos")
+MAX_TEMPERATURE = 10.0
+MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 64
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the archive allows (settings.causal_lm)."""
+
+    max_prompt_tokens: int
+    max_new_tokens: int
+    default_max_new_tokens: int
+    max_prompt_chars: int = 64 * 1024  # checked before tokenising (a JSON body arrives already decoded)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: str
+    prompt_ids: Tuple[int, ...]
+    max_new_tokens: int
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # 0: no top-k cut
+    top_p: float = 1.0
+    seed: Optional[int] = None  # sampling only; None: a fresh random seed
+    stop: Tuple[str, ...] = ()
+    stream: bool = False
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _integer(body: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadInput(f'"{name}" must be an integer from {low} to {high}, got {value!r}')
+    return value
+
+
+def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float, low_open: bool) -> float:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f'"{name}" must be a number, got {value!r}')
+    value = float(value)
+    if not (low < value if low_open else low <= value) or not value <= high:
+        bound = f"above {low}" if low_open else f"from {low}"
+        raise BadInput(f'"{name}" must be {bound} to {high}, got {value!r}')
+    return value
+
+
+def parse_request(body: Any, encode, limits: Limits) -> GenerationRequest:
+    """`body`: the decoded JSON; `encode`: text -> token ids (the archive's tokenizer)."""
+    if not isinstance(body, Mapping):
+        raise BadInput(f'expected a JSON object {{"prompt": "..."}}, got JSON {type(body).__name__}')
+    unknown = sorted(set(body) - set(FIELDS))
+    if unknown:
+        raise BadInput(f'unknown field "{unknown[0]}" (fields: {", ".join(FIELDS)})')
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise BadInput(f'"prompt" must be a non-empty string, got {prompt!r}'[:200])
+    if len(prompt) > limits.max_prompt_chars:
+        raise PayloadTooLarge(f'"prompt" is {len(prompt)} characters, over this model\'s limit of '
+                              f'{limits.max_prompt_chars}')
+    ids = tuple(encode(prompt))
+    if not ids:
+        raise BadInput('"prompt" encodes to no tokens')
+    if len(ids) > limits.max_prompt_tokens:
+        raise PayloadTooLarge(f'"prompt" is {len(ids)} tokens, over this model\'s limit of {limits.max_prompt_tokens}')
+    stop = body.get("stop", [])
+    if isinstance(stop, str):
+        stop = [stop]
+    if (not isinstance(stop, list) or len(stop) > MAX_STOP_STRINGS
+            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
+        raise BadInput(f'"stop" must be a string or a list of at most {MAX_STOP_STRINGS} non-empty strings of at '
+                       f'most {MAX_STOP_CHARS} characters')
+    stream, ignore_eos = body.get("stream", False), body.get("ignore_eos", False)
+    for name, flag in (("stream", stream), ("ignore_eos", ignore_eos)):
+        if not isinstance(flag, bool):
+            raise BadInput(f'"{name}" must be true or false, got {flag!r}')
+    seed = body.get("seed")
+    if seed is not None:
+        seed = _integer(body, "seed", 0, 0, 2**63 - 1)
+    return GenerationRequest(
+        prompt=prompt,
+        prompt_ids=ids,
+        max_new_tokens=_integer(body, "max_new_tokens", limits.default_max_new_tokens, 1, limits.max_new_tokens),
+        temperature=_number(body, "temperature", 0.0, 0.0, MAX_TEMPERATURE, low_open=False),
+        top_k=_integer(body, "top_k", 0, 0, 1_000_000),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        seed=seed,
+        stop=tuple(stop),
+        stream=stream,
+        ignore_eos=ignore_eos,
+    )

@@ -1,0 +1,49 @@
+"""The next token of each sequence from its logits: greedy (argmax), or sampled with temperature,
+top-k and top-p from the sequence's own seeded generator (same seed, same text, whatever else
+shares the batch)."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import torch
+
+from handlers.generation.params import GenerationRequest
+
+
+def new_generator(request: GenerationRequest) -> Optional[torch.Generator]:
+    """A generator per sampled sequence; None for greedy ones (they draw nothing)."""
+    if request.greedy:
+        return None
+    generator = torch.Generator()
+    if request.seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(request.seed)
+    return generator
+
+
+def sample_one(logits: torch.Tensor, request: GenerationRequest, generator: torch.Generator) -> int:
+    """One token from a (vocab,) row of logits."""
+    scores = logits.float() / request.temperature
+    if 0 < request.top_k < scores.numel():
+        kth = torch.topk(scores, request.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if request.top_p < 1.0:
+        ordered, order = torch.sort(probs, descending=True)
+        # Keep the smallest head whose mass reaches top_p (the first token always stays).
+        drop = ordered.cumsum(-1) - ordered >= request.top_p
+        ordered = ordered.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(0, order, ordered)
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def next_tokens(logits: torch.Tensor, requests: Sequence[GenerationRequest],
+                generators: Sequence[Optional[torch.Generator]]) -> List[int]:
+    """(batch, vocab) logits -> one token per row."""
+    chosen = logits.argmax(dim=-1).tolist()
+    for row, (request, generator) in enumerate(zip(requests, generators)):
+        if not request.greedy:
+            chosen[row] = sample_one(logits[row], request, generator)
+    return chosen

@@ -1,0 +1,286 @@
+"""The causal-LM family through TorchServe: sequences kept by request id, answered a step at a time.
+
+Continuous batching (`continuousBatching: true` in the archive's model-config): every call of the
+handler is one step. The frontend sends every running request (by id; their bodies only the first
+time) plus new ones up to batchSize. A call with new requests prefills them and answers each with
+its first token (the running ones wait that one step: new requests get their first token within
+one prefill of arriving); a call without new ones advances every running sequence by one token.
+A request the frontend stops sending (its client went away) is dropped from the batch at once.
+
+Each call answers every request of its batch: a streamed request gets its new text as one NDJSON
+line (`{"text": ...}`; the last line adds finish_reason and token counts), a non-streamed one an
+empty chunk until its whole JSON answer. `context.stopping_criteria` tells TorchServe, per request,
+whether more is coming (a 400 or an answer complete at once goes out as one plain response).
+
+Priorities (`X-Priority: high | normal | low`, default normal): with `max_running` set, at most that
+many normal and low sequences advance together; the others wait here (answered with empty chunks),
+high first, then normal, then low, each in order of arrival. High-priority sequences always join at
+once. TorchServe's frontend queue is FIFO and hands the handler at most batchSize requests: a
+high-priority request gets ahead only of those already in the worker, so batchSize should exceed
+max_running by the headroom high-priority traffic needs.
+
+Without continuous batching (a plain batching archive) a call runs its whole batch to the end,
+streaming through TorchServe's intermediate responses.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from handlers.encoding import JSON, json_bytes
+from handlers.errors import BadInput, HandlerError, ServerFault
+from handlers.generation.engine import Engine, Generation
+from handlers.generation.params import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+NDJSON = "application/x-ndjson"
+PRIORITIES = {"high": 0, "normal": 1, "low": 2}
+
+
+class _More:
+    """One entry of context.stopping_criteria: True, last chunk; False, more to come; None, one
+    plain (non-chunked) response."""
+
+    def __init__(self, value: Optional[bool]) -> None:
+        self.value = value
+
+    def __call__(self, _answer: Any) -> Optional[bool]:
+        return self.value
+
+
+def send_intermediate(context, chunks: Dict[int, bytes]) -> None:
+    """TorchServe's streaming path for a plain batching archive (one message per step)."""
+    from ts.handler_utils.utils import send_intermediate_predict_response
+
+    ids = {idx: context.request_ids[idx] for idx in chunks}
+    send_intermediate_predict_response(chunks, ids, "Intermediate Prediction success", 200, context)
+
+
+class GenerationService:
+    """`decode(data, context) -> [GenerationRequest | HandlerError]`: the handler's per-request
+    decoding (rejections included); `reject(context, idx, err) -> bytes`: its error answer."""
+
+    def __init__(self, engine: Engine, model_name: str, continuous: bool, decode: Callable, reject: Callable,
+                 send: Callable[[Any, Dict[int, bytes]], None] = send_intermediate,
+                 warm_request: Optional[GenerationRequest] = None, max_running: int = 0,
+                 priority_of: Callable[[Any, int], Optional[str]] = lambda context, idx: None) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.continuous = continuous
+        self.decode = decode
+        self.reject = reject
+        self.send = send
+        self.warm_request = warm_request
+        self.live: Dict[str, Generation] = {}  # request id -> its running sequence
+        self.answered: Dict[str, int] = {}  # request id -> responses sent so far
+        self.max_running = max_running
+        self.priority_of = priority_of
+        self.waiting: List[Generation] = []  # received, not yet running: by priority, then arrival
+
+    def warm_up(self, size: int) -> None:
+        """A few tokens for `size` sequences at once: the first calls' one-off costs paid at start-up."""
+        self.engine.generate([(f"warm-up-{i}", self.warm_request) for i in range(size)])
+
+    def handle(self, data: List[Any], context) -> List[bytes]:
+        ids: Dict[int, str] = dict(context.request_ids)
+        stats = _CallStats(self.model_name)
+        self._release_gone(set(ids.values()), stats)
+        results: List[Optional[bytes]] = [None] * len(data)
+        fresh = [idx for idx in range(len(data)) if ids[idx] not in self.live]
+        new: List[Tuple[int, Generation]] = []
+        for idx, outcome in zip(fresh, self.decode([data[i] for i in fresh], context, fresh)):
+            priority = self.priority_of(context, idx)
+            if not isinstance(outcome, HandlerError) and priority is not None \
+                    and priority.strip().lower() not in PRIORITIES:
+                outcome = BadInput(f"X-Priority: {priority[:40]!r} is not one of high, normal, low")
+            if isinstance(outcome, HandlerError):
+                results[idx] = self.reject(context, idx, outcome)
+            else:
+                seq = self.engine.new_sequence(ids[idx], outcome)
+                seq.priority = PRIORITIES[priority.strip().lower()] if priority is not None else 1
+                new.append((idx, seq))
+        try:
+            if self.continuous:
+                return self._one_step(context, ids, results, new, stats)
+            return self._to_the_end(context, ids, results, new, stats)
+        except Exception:  # a fault of ours in the model or the loop: every sequence ends now, each request a 500
+            log.exception("generation step failed: releasing %d sequence(s)", len(self.live))
+            return self._fail_all(context, ids, results)
+
+    def _fail_all(self, context, ids: Dict[int, str], results: List[Optional[bytes]]) -> List[bytes]:
+        started = {key for key, count in self.answered.items() if count}
+        self.engine.drop([seq.key for seq in self.engine.running])
+        self.live.clear()
+        self.answered.clear()
+        self.waiting.clear()
+        fault = ServerFault("generation failed (the model log has the traceback)")
+        more: List[Optional[bool]] = [None] * len(results)
+        for idx, result in enumerate(results):
+            if result is None:  # a request the checks had refused keeps its own answer
+                results[idx] = self.reject(context, idx, fault)
+                more[idx] = True if ids[idx] in started else None  # a started stream ends with the error
+        context.stopping_criteria = [_More(value) for value in more] if self.continuous else None
+        return results
+
+    # ---- continuous batching: one step per call ----------------------------------------------
+    def _one_step(self, context, ids, results, new, stats) -> List[bytes]:
+        self.live.update((seq.key, seq) for _, seq in new)
+        self.waiting.extend(seq for _, seq in new)
+        self.waiting.sort(key=lambda seq: seq.priority)  # stable: arrival order within a class
+        starting = self._starting()
+        if starting:  # their prefill is this call's work; the running ones advance at the next call
+            self.engine.admit(starting)
+            stats.first_tokens(starting)
+        else:
+            stats.advanced(self.engine.step())
+        more: List[Optional[bool]] = [None] * len(results)
+        for idx, result in enumerate(results):
+            if result is None:
+                results[idx], more[idx] = self._answer(context, idx, self.live[ids[idx]])
+        context.stopping_criteria = [_More(value) for value in more]
+        stats.waiting = len(self.waiting)
+        stats.emit(context, self.engine)
+        return results
+
+    def _starting(self) -> List[Generation]:
+        """The waiting sequences that start now: every high-priority one, and others while fewer
+        than max_running non-high sequences run."""
+        room = float("inf") if self.max_running == 0 else \
+            self.max_running - sum(1 for seq in self.engine.running if seq.priority > 0)
+        starting, still = [], []
+        for seq in self.waiting:
+            if seq.priority == 0 or room > 0:
+                starting.append(seq)
+                room -= seq.priority > 0
+            else:
+                still.append(seq)
+        self.waiting = still
+        return starting
+
+    def _answer(self, context, idx: int, seq: Generation) -> Tuple[bytes, Optional[bool]]:
+        """This call's answer for one sequence, and whether more follows (see _More)."""
+        first = self.answered.get(seq.key, 0) == 0
+        self.answered[seq.key] = self.answered.get(seq.key, 0) + 1
+        body = self._chunk(context, idx, seq)
+        if not seq.done:
+            return body, False
+        self._forget(seq.key)
+        return body, None if first else True
+
+    def _chunk(self, context, idx: int, seq: Generation) -> bytes:
+        request = seq.request
+        context.set_response_content_type(idx, NDJSON if request.stream else JSON)
+        if request.stream:
+            piece = seq.text.take(final=seq.done)
+            if not seq.done:
+                return json_bytes({"text": piece}) + b"\n" if piece else b""
+            return json_bytes({"text": piece, **_summary(seq)}) + b"\n"
+        if not seq.done:
+            return b""
+        return json_bytes({"text": seq.text.take(final=True), **_summary(seq)})
+
+    def _forget(self, key: str) -> None:
+        self.live.pop(key, None)
+        self.answered.pop(key, None)
+
+    def _release_gone(self, present: set, stats: "_CallStats") -> None:
+        gone = [key for key in self.live if key not in present]
+        for seq in self.engine.drop(gone):
+            log.info("request %s left after %d tokens: its sequence is released", seq.key, seq.generated)
+        for key in gone:
+            self._forget(key)
+        if gone:
+            self.waiting = [seq for seq in self.waiting if seq.key in present]
+        stats.released = len(gone)
+
+    # ---- plain batching: the whole batch in one call ---------------------------------------
+    def _to_the_end(self, context, ids, results, new, stats) -> List[bytes]:
+        by_key = {seq.key: idx for idx, seq in new}
+        streamed = {seq.key for _, seq in new if seq.request.stream}
+
+        def on_step(moved: Sequence[Generation]) -> None:
+            chunks = {}
+            for seq in moved:
+                if seq.key in streamed and not seq.done:
+                    piece = seq.text.take(final=False)
+                    if piece:
+                        idx = by_key[seq.key]
+                        context.set_response_content_type(idx, NDJSON)
+                        chunks[idx] = json_bytes({"text": piece}) + b"\n"
+            if chunks:
+                self.send(context, chunks)
+
+        sequences = [seq for _, seq in new]
+        self.engine.admit(sequences)
+        stats.first_tokens(sequences)
+        on_step(sequences)
+        while self.engine.running:
+            moved = self.engine.step()
+            stats.advanced(moved)
+            on_step(moved)
+        for idx, seq in new:
+            results[idx] = self._chunk(context, idx, seq)
+        context.stopping_criteria = None
+        stats.emit(context, self.engine)
+        return results
+
+
+def _summary(seq: Generation) -> dict:
+    return {"finish_reason": seq.finish, "prompt_tokens": len(seq.request.prompt_ids),
+            "generated_tokens": seq.generated}
+
+
+class _CallStats:
+    """What one call did, for Prometheus (through TorchServe's context.metrics)."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self.tokens = 0
+        self.ttft_ms: List[float] = []
+        self.gaps_ms: List[float] = []
+        self.released = 0
+        self.waiting = 0
+
+    def first_tokens(self, sequences: Sequence[Generation]) -> None:
+        for seq in sequences:
+            self.tokens += 1
+            self.ttft_ms.append((seq.token_times[0] - seq.admitted_at) * 1000.0)
+
+    def advanced(self, sequences: Sequence[Generation]) -> None:
+        for seq in sequences:  # a speculative step can give a sequence several tokens at once
+            self.tokens += seq.added
+            gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
+            self.gaps_ms.extend([gap / seq.added] * seq.added)
+
+    def emit(self, context, engine: Engine) -> None:
+        metrics = getattr(context, "metrics", None)
+        if metrics is None:
+            return
+        from ts.metrics.dimension import Dimension
+        from ts.metrics.metric_type_enum import MetricTypes
+
+        def dims():
+            return [Dimension("ModelName", self.model_name), Dimension("Level", "Model")]
+
+        counters = {"GenerationTokens": self.tokens, "GenerationFirstTokens": len(self.ttft_ms),
+                    "GenerationTimeToFirstTokenMs": sum(self.ttft_ms), "GenerationInterTokens": len(self.gaps_ms),
+                    "GenerationInterTokenMs": sum(self.gaps_ms), "GenerationReleasedOnDisconnect": self.released}
+        for name, value in counters.items():
+            metrics.add_metric(name, value, "Count", dimensions=dims(), metric_type=MetricTypes.COUNTER)
+        metrics.add_metric("GenerationRunningSequences", len(engine.running), "Count", dimensions=dims(),
+                           metric_type=MetricTypes.GAUGE)
+        metrics.add_metric("GenerationCacheBytes", engine.cache_bytes, "Bytes", dimensions=dims(),
+                           metric_type=MetricTypes.GAUGE)
+        metrics.add_metric("GenerationWaitingSequences", self.waiting, "Count", dimensions=dims(),
+                           metric_type=MetricTypes.GAUGE)
+        cache = engine.prefix_cache
+        if cache is not None:
+            counts = cache.take_counts()
+            for name, value in {"GenerationPrefixCacheHits": counts.hits, "GenerationPrefixCacheMisses": counts.misses,
+                                "GenerationPrefixCacheReusedTokens": counts.reused_tokens,
+                                "GenerationPrefixCacheEvictions": counts.evictions}.items():
+                metrics.add_metric(name, value, "Count", dimensions=dims(), metric_type=MetricTypes.COUNTER)
+            metrics.add_metric("GenerationPrefixCacheBytes", cache.nbytes, "Bytes", dimensions=dims(),
+                               metric_type=MetricTypes.GAUGE)

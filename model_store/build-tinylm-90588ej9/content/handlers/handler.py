@@ -1,0 +1,392 @@
+"""The handler TorchServe runs for every archive: the request loop, whatever the model.
+
+settings -> runtime (threads, precision, graph) -> per-request decode -> batched infer -> post.
+The family named in the archive's settings (handlers/families/) supplies what depends on the
+model's inputs and outputs. Each request is validated on its own: a bad one gets its own 4xx
+through ``context.set_response_status(code, message, idx)`` and its batch-mates are answered
+normally; an error no check foresaw is that request's 500, logged with its traceback. A KServe
+v1 / Open Inference Protocol v2 request (handlers/kserve.py) adds one item per instance to the
+batch's forward pass and is answered in its own protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from handlers import frontend, kserve, plan, runtime
+from handlers.encoding import JSON, json_bytes
+from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
+from handlers.families import Family, family_class
+from handlers.onnx_session import OnnxModule, load_onnx
+from handlers.profiling import make_profiler, region
+from handlers.response_cache import ResponseCache, coalesce, request_key
+from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
+from handlers.stage_metrics import StageClock, emit, emit_cache
+
+log = logging.getLogger(__name__)
+
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
+
+
+def request_body(request: Any) -> Any:
+    """The payload of one request as TorchServe passes it: raw body, or a single form field."""
+    if not isinstance(request, dict):
+        return request
+    for key in ("data", "body"):
+        if key in request:
+            return request[key]
+    if len(request) == 1:
+        return next(iter(request.values()))
+    raise BadInput("send the input as the request body (or a single form field named 'data')")
+
+
+def status_phrase(message: str) -> str:
+    """HTTP reason phrases must be one printable ASCII line."""
+    return _UNPRINTABLE.sub(" ", message)[:200].strip()
+
+
+class Handler:
+    """TorchServe instantiates this once per worker."""
+
+    def __init__(self):
+        self.initialized = False
+        self.settings: Optional[HandlerSettings] = None
+        self.family: Optional[Family] = None
+        self.model = None
+        self.profiler = None
+        self.decode_pool = None
+        self.generation = None  # a generative family's service (handlers/generation/serving.py)
+        self.response_cache = None  # handlers/response_cache.py, when the archive's settings turn it on
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def initialize(self, context) -> None:
+        started = time.perf_counter()
+        props = context.system_properties
+        model_dir = Path(props["model_dir"])
+        self.model_name = context.model_name
+        yaml_config = getattr(context, "model_yaml_config", None) or {}
+        self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"))
+        rt = self.settings.runtime
+        self.device = runtime.choose_device(props.get("gpu_id"))
+        self.max_batch_size = int(props.get("batch_size") or 1)
+        workers = runtime.sibling_worker_count()
+        self.threads, threads_from = self._thread_budget(context, yaml_config)
+        runtime.apply_threads(self.threads, rt.interop_threads)
+        runtime.configure_cuda(rt, self.device)
+        # TorchScript archives were traced under their precision: the casts are already in the graph;
+        # an ONNX graph runs in ONNX Runtime, outside torch's autocast.
+        self.autocast_dtype = (
+            None if rt.graph in SERIALISED_GRAPHS else runtime.resolve_precision(rt.precision, self.device)
+        )
+        self.family = family_class(self.settings.family)(self.settings.family_settings, model_dir, rt.channels_last)
+        self.decode_pool = runtime.decode_pool(rt.preprocess_threads or self.threads)
+        self.model = self.load_model(model_dir)
+        if self.family.generates:
+            continuous = bool(yaml_config.get("continuousBatching", False))
+            if continuous and workers > 1:
+                # TorchServe 0.12's Model.pollInferJob holds the model's queue lock while an idle worker
+                # waits for a request, and a continuous batch takes that lock every step: a second
+                # worker stalls the first one's running sequences until new traffic comes.
+                raise ConfigError(f"{self.model_name}: continuous batching runs on one worker per model in "
+                                  f"TorchServe 0.12 ({workers} started): set minWorkers=maxWorkers=1 and raise "
+                                  "batchSize (sequences per step) instead")
+            self.generation = generation_service(self, model_dir, continuous)
+        if self.settings.response_cache.enabled:
+            if self.family.generates:
+                raise ConfigError("response_cache: not available for generating families yet (remove the section)")
+            self.response_cache = ResponseCache(self.settings.response_cache)
+        self.version = _model_version(context)
+        if rt.warmup:
+            warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
+            runtime.warm_up(warm, self.max_batch_size)
+        self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")
+        runtime.drop_per_batch_log_line()
+        frozen = runtime.freeze_heap() if rt.freeze_heap else 0
+        self.initialized = True
+        log.info(
+            "%s ready in %.1fs: family=%s variant=%s device=%s threads=%d (from %s; workers=%d) precision=%s graph=%s "
+            "max_batch=%d frozen_objects=%d%s",
+            self.model_name, time.perf_counter() - started, self.settings.family,
+            self.settings.variant or "-", self.device, self.threads,
+            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
+        )
+
+    def _thread_budget(self, context, yaml_config: Dict[str, Any]) -> Tuple[int, str]:
+        """Threads from the configuration the frontend started from, however it was started."""
+        server = frontend.find_frontend()
+        source = frontend.locate(server) if server is not None else None
+        version = _model_version(context)
+        planned = plan.planned_threads(source, self.model_name, version)
+        if source is None:  # in-process, not under TorchServe: this model has the cores to itself
+            workers: Optional[int] = runtime.sibling_worker_count()
+        else:
+            own = yaml_config.get("minWorkers")
+            loaded = plan.loaded_workers(source, self.model_name, own if isinstance(own, int) else None)
+            workers = loaded.total
+            warning = plan.snapshot_warning(source)
+            if warning:
+                log.warning("%s: %s", self.model_name, warning)
+            if planned is None and self.settings.runtime.threads is None:
+                log.warning("%s: no thread plan for version %s in %s; %s. %s", self.model_name, version,
+                            source.describe(), loaded.unknown or f"sharing the cores among {workers} workers",
+                            plan.FIX)
+        threads, reason = runtime.thread_budget(self.settings.runtime, planned, workers, runtime.usable_cores())
+        where = source.describe() if source is not None else "not under TorchServe"
+        return threads, f"{reason}; config {where}"
+
+    def _session_label(self) -> str:
+        if not isinstance(self.model, OnnxModule):
+            return ""
+        return f" onnxruntime_intra_op_threads={self.model.intra_op_threads} (read back from the session)"
+
+    def _precision_label(self) -> str:
+        rt = self.settings.runtime
+        if rt.graph == "torchscript":
+            return f"{rt.precision} (traced into the TorchScript graph)"
+        if rt.graph == "onnx":
+            return f"{rt.precision} (as exported into the ONNX graph)"
+        if rt.precision != "fp32" and self.autocast_dtype is None:
+            return f"fp32 ({rt.precision} unsupported here)"
+        return rt.precision
+
+    def load_model(self, model_dir: Path):
+        rt = self.settings.runtime
+        weights = model_dir / self.settings.weights
+        if rt.graph == "torchscript":
+            return runtime.load_torchscript(str(weights), self.device, rt.optimize_for_inference)
+        if rt.graph == "onnx":
+            if self.device.type != "cpu":
+                raise ConfigError(f"runtime.graph: onnx runs on ONNX Runtime's CPU provider; this worker has "
+                                  f"{self.device}: serve a torchscript variant on a GPU")
+            return load_onnx(weights, self.threads)
+        model = self.family.wrap(self.settings.source.build(model_dir))
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        model = runtime.prepare_eager(model, self.device, rt.channels_last)
+        if rt.graph == "compile":
+            return runtime.compile_model(model, rt.compile_mode)
+        return model
+
+    # ---- the request loop ------------------------------------------------------------------
+    def handle(self, data: Optional[List[Any]], context) -> Optional[List[Any]]:
+        if data is None:
+            return None
+        if self.generation is not None:
+            with region(self.profiler, "generation_step"):
+                answers = self.generation.handle(data, context)
+            if self.profiler is not None:
+                self.profiler.step()  # one decoding step (continuous batching) or one whole batch
+            return answers
+        clock = StageClock()
+        results: List[Optional[bytes]] = [None] * len(data)
+        keys, todo, same_as = self._cached(data, context, results)
+        # Per accepted request: (its index, its envelope or None, where its items start, how many).
+        spans: List[Tuple[int, Optional[kserve.Envelope], int, int]] = []
+        items: List[Any] = []
+
+        started = clock.start()
+        with region(self.profiler, "preprocess"):
+            refused: Dict[int, HandlerError] = {}
+            for idx, outcome in zip(todo, self.decode_all(data, context, todo)):
+                if isinstance(outcome, HandlerError):
+                    refused[idx] = outcome
+                    results[idx] = self.reject(context, idx, outcome)
+                else:
+                    envelope, decoded = outcome
+                    spans.append((idx, envelope, len(items), len(decoded)))
+                    items.extend(decoded)
+            inputs = self.family.collate(items) if items else None
+        clock.stop("preprocess", started)
+
+        if items:
+            started = clock.start()
+            with region(self.profiler, "inference"):
+                outputs = self.infer(inputs)
+            clock.stop("inference", started)
+            started = clock.start()
+            with region(self.profiler, "postprocess"):
+                answers = self.family.postprocess(outputs, inputs)
+                for idx, envelope, first, count in spans:
+                    results[idx] = self.encode(context, idx, answers[first:first + count], envelope)
+            clock.stop("postprocess", started)
+
+        if self.response_cache is not None:
+            self._remember(context, keys, same_as, results, refused)
+        emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
+        if self.profiler is not None:
+            self.profiler.step()
+        return results
+
+    # ---- the response cache -----------------------------------------------------------------
+    def _cached(self, data: List[Any], context, results: List[Optional[bytes]]):
+        """Answer the requests the cache has; returns each cacheable request's key, the indices still
+        to compute, and for each repeat in the batch the index of the first like it (computed once)."""
+        if self.response_cache is None:
+            return {}, list(range(len(data))), {}
+        keys = {}
+        for idx in range(len(data)):
+            headers = _headers(context, idx)
+            no_cache = "no-cache" in (kserve.header(headers, "cache-control") or "").lower()
+            if not no_cache and not kserve.from_kserve_route(headers):  # /predictions answers only
+                keys[idx] = request_key(self.model_name, self.version, self.settings.variant,
+                                        request_body(data[idx]), _content_type(context, idx))
+        todo = []
+        for idx in range(len(data)):
+            answer = self.response_cache.get(keys[idx]) if idx in keys else None
+            if answer is None:
+                todo.append(idx)
+            else:
+                results[idx] = answer
+                context.set_response_content_type(idx, JSON)
+        first = coalesce([keys.get(idx) for idx in todo])
+        same_as = {todo[i]: todo[j] for i, j in first.items() if i != j}
+        return keys, [idx for idx in todo if idx not in same_as], same_as
+
+    def _remember(self, context, keys, same_as, results, refused) -> None:
+        for idx, first in same_as.items():
+            if first in refused:
+                results[idx] = self.reject(context, idx, refused[first])
+            else:
+                results[idx] = results[first]
+                context.set_response_content_type(idx, JSON)
+        for idx, key in keys.items():
+            if idx not in refused and idx not in same_as and results[idx] is not None:
+                self.response_cache.put(key, results[idx])
+        emit_cache(getattr(context, "metrics", None), self.model_name, self.response_cache)
+
+    def decode_all(self, data: List[Any], context, indices: Optional[List[int]] = None) -> List[Any]:
+        """Each request decoded on its own: (its KServe envelope or None for /predictions, its items:
+        one per instance), or the HandlerError that rejects it alone (`indices`: only these)."""
+
+        def unwrap_one(idx: int):
+            try:
+                body, content_type = request_body(data[idx]), _content_type(context, idx)
+                envelope = kserve.unwrap(body, _headers(context, idx), self.family.input_kind)
+                return envelope, ((body, content_type),) if envelope is None else envelope.bodies
+            except HandlerError as err:
+                return err
+            except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
+                return _fault(idx)
+
+        def decode_one(job):
+            idx, body, content_type = job
+            try:
+                return self.family.decode(body, content_type)
+            except HandlerError as err:
+                return err
+            except Exception:  # as above
+                return _fault(idx)
+
+        unwrapped = [unwrap_one(idx) for idx in (range(len(data)) if indices is None else indices)]
+        jobs = [(idx, *body) for idx, outcome in enumerate(unwrapped) if not isinstance(outcome, HandlerError)
+                for body in outcome[1]]
+        if self.decode_pool is None or len(jobs) <= 1:
+            decoded = [decode_one(job) for job in jobs]
+        else:  # image decoding and resizing release the GIL: a batch decodes on several cores at once
+            decoded = list(self.decode_pool.map(decode_one, jobs))
+        outcomes, at = [], 0
+        for outcome in unwrapped:
+            if isinstance(outcome, HandlerError):
+                outcomes.append(outcome)
+                continue
+            envelope, bodies = outcome
+            mine, at = decoded[at:at + len(bodies)], at + len(bodies)
+            failed = next(((i, d) for i, d in enumerate(mine) if isinstance(d, HandlerError)), None)
+            if failed is None:
+                outcomes.append((envelope, mine))
+            else:  # one bad instance rejects its whole request, naming the instance
+                outcomes.append(failed[1] if envelope is None else kserve.instance_error(failed[1], failed[0]))
+        return outcomes
+
+    def decode_each(self, data: List[Any], context, indices: List[int]) -> List[Any]:
+        """Each request decoded by the family on its own: the item, or the HandlerError rejecting it."""
+        outcomes = []
+        for request, idx in zip(data, indices):
+            try:
+                outcomes.append(self.family.decode(request_body(request), _content_type(context, idx)))
+            except HandlerError as err:
+                outcomes.append(err)
+            except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
+                outcomes.append(_fault(idx))
+        return outcomes
+
+    def infer(self, inputs):
+        """The model on one collated batch: each input tensor on the device in the model's layout."""
+        tensors = self.family.model_inputs(inputs)
+        channels_last = self.settings.runtime.channels_last
+        tensors = tuple(runtime.to_device(runtime.memory_format(t, channels_last), self.device) for t in tensors)
+        with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):
+            return self.model(*tensors)
+
+    def encode(self, context, idx: int, answers: List[Any], envelope: Optional[kserve.Envelope] = None) -> bytes:
+        """Bytes, so that TorchServe sends them as they are (see handlers/encoding.py): a /predictions
+        request's one answer as it is, a KServe request's answers wrapped in its protocol."""
+        if envelope is None:
+            return _json_answer(context, idx, answers[0])
+        try:
+            return _json_answer(context, idx, kserve.wrap(envelope, answers, self.model_name))
+        except Exception:  # a fault of ours in wrapping: this request's 500, its batch-mates answered
+            log.exception("unexpected error wrapping the answer of request %d", idx)
+            return self.reject(context, idx, ServerFault("unexpected error wrapping the answer (the model log has "
+                                                         "the traceback)"))
+
+    @staticmethod
+    def reject(context, idx: int, err: HandlerError) -> bytes:
+        context.set_response_status(err.status, status_phrase(err.message), idx)
+        answer = {"code": err.status, "type": err.kind, "message": err.message}
+        if kserve.from_kserve_route(_headers(context, idx)):
+            answer["error"] = err.message  # where KServe / Open Inference Protocol clients read it
+        return _json_answer(context, idx, answer)
+
+
+def generation_service(handler: Handler, model_dir: Path, continuous: bool):
+    """A generative family's engine and service over the handler's model (imported only for them)."""
+    from handlers.generation.drafting import load_drafter
+    from handlers.generation.engine import Engine
+    from handlers.generation.prefix_cache import PrefixCache
+    from handlers.generation.serving import GenerationService
+
+    lm, settings = handler.model.lm, handler.family.settings
+    cache = PrefixCache(int(settings.prefix_cache_mib * 2**20), settings.prefix_block_tokens) \
+        if settings.prefix_cache_mib > 0 else None
+    engine = Engine(lm, handler.family.decode_text, handler.family.eos_id, handler.family.check_model(lm),
+                    handler.autocast_dtype, drafter=load_drafter(settings.speculation, model_dir,
+                                                                 settings.draft_model),
+                    speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,
+                    prefix_cache=cache)
+    return GenerationService(engine, handler.model_name, continuous, handler.decode_each, handler.reject,
+                             warm_request=handler.family.example_request(), max_running=settings.max_running,
+                             priority_of=lambda context, idx: kserve.header(_headers(context, idx), "x-priority"))
+
+
+def _fault(idx: int) -> ServerFault:
+    log.exception("unexpected error decoding request %d", idx)
+    return ServerFault("unexpected error decoding the request (the model log has the traceback)")
+
+
+def _json_answer(context, idx: int, answer: Any) -> bytes:
+    context.set_response_content_type(idx, JSON)
+    return json_bytes(answer)
+
+
+def _model_version(context) -> str:
+    """The archive's version (config.properties' models= is keyed by it)."""
+    manifest = getattr(context, "manifest", None) or {}
+    return str((manifest.get("model") or {}).get("modelVersion", "1.0"))
+
+
+def _headers(context, idx: int) -> dict:
+    try:
+        return context.get_all_request_header(idx) or {}
+    except (AttributeError, IndexError, KeyError, TypeError):  # contexts without request headers
+        return {}
+
+
+def _content_type(context, idx: int) -> str:
+    value = kserve.header(_headers(context, idx), "content-type")
+    return "" if value is None else value.split(";")[0].strip().lower()

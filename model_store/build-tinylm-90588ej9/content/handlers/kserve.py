@@ -1,0 +1,284 @@
+"""KServe v1 and Open Inference Protocol (KServe v2) requests, each answered in its own protocol.
+
+TorchServe 0.12 routes `POST /v1/models/<m>:predict` and `POST /v2/models/<m>/infer` to the worker
+like `/predictions/<m>`, adding the request header `explain: False` (InferenceRequestHandler.
+handleKFV1Predictions / handleKFV2Predictions). Its own `kservev2` envelope reads only the first
+request of a batch (pytorch/serve #2158), so we do not use TorchServe's envelopes: the request loop
+asks `unwrap` about every request of a batch, and a KServe request becomes the per-instance bodies
+its family already decodes (one item each in the batch's single forward pass); `wrap` puts the
+family's answers back into the request's protocol. Nothing here names a family: what a family takes
+is its declared `input_kind` (handlers/families/base.py).
+
+A request is KServe when it came through a KServe route AND its body is a JSON object with
+`instances` (v1) or `inputs` (v2); anything else is a /predictions request, answered exactly as
+before. The route shows in the headers only: the frontend adds `explain` on the KServe routes AND on
+/predictions and /explanations (handlePredictions), and `url_path` on these two only. So `explain`
+without `url_path` is a KServe route; `explain` alone would take the tensor family's own
+/predictions form `{"inputs": <nested list>}` for a v2 envelope.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from handlers.encoding import JSON, json_bytes
+from handlers.errors import BadInput, HandlerError, PayloadTooLarge
+
+# Instances per HTTP request. Every instance is an item of the batch's single forward pass, so one
+# request may multiply the batch TorchServe formed (batchSize counts requests, not instances): this
+# bounds that, together with the family's own limits on each instance.
+MAX_INSTANCES = 64
+
+TEXT = "text/plain"
+BINARY = "application/octet-stream"
+# OIP v2 tensor datatypes a JSON request can carry as numbers (BF16 has no JSON form).
+NUMERIC = {
+    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+    "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+}
+DATATYPES = ("BYTES", *NUMERIC)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One KServe request, unwrapped: what its instances are and how to answer it."""
+
+    protocol: str  # "v1" or "v2"
+    bodies: Tuple[Tuple[Any, str], ...]  # per instance: (body, content type), as a family's decode takes them
+    request_id: Optional[str] = None  # v2's "id", echoed in the answer
+
+
+def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
+    """A request header's value, its name matched case-insensitively (None when absent)."""
+    for key, value in (headers or {}).items():
+        if str(key).lower() == name:
+            return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+    return None
+
+
+def from_kserve_route(headers: Optional[Mapping[str, Any]]) -> bool:
+    """Came through /v1/models/<m>:predict or /v2/models/<m>/infer (see the module's docstring)."""
+    return header(headers, "explain") is not None and header(headers, "url_path") is None
+
+
+def unwrap(body: Any, headers: Optional[Mapping[str, Any]], input_kind: str) -> Optional[Envelope]:
+    """The request's instances, or None for a /predictions request (answered exactly as before).
+
+    Raises BadInput naming the field when the envelope itself is malformed."""
+    if not from_kserve_route(headers):
+        return None
+    payload = _json_object(body)
+    if payload is None:
+        return None
+    if "instances" in payload and "inputs" in payload:
+        raise BadInput('send either "instances" (KServe v1) or "inputs" (Open Inference Protocol v2), not both')
+    if "instances" in payload:
+        return _v1(payload["instances"], input_kind)
+    if "inputs" in payload:
+        return _v2(payload, input_kind)
+    return None
+
+
+def _json_object(body: Any) -> Optional[dict]:
+    """The body as a JSON object: TorchServe parses `application/json` bodies already; any other
+    content type arrives as bytes or text, parsed here only when it looks like an object."""
+    if isinstance(body, dict):
+        return body
+    if isinstance(body, (bytes, bytearray)):
+        if not bytes(body[:64]).lstrip().startswith(b"{"):
+            return None
+        try:
+            body = bytes(body).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(body, str) or not body.lstrip().startswith("{"):
+        return None
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON after all: the family says what is wrong with it
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _count(n: int, field: str) -> None:
+    if n > MAX_INSTANCES:
+        raise PayloadTooLarge(f"{field}: {n} instances, over the limit of {MAX_INSTANCES} per request "
+                              "(handlers/kserve.py MAX_INSTANCES): split the request")
+
+
+# ---- KServe v1 ------------------------------------------------------------------------------
+def _v1(instances: Any, input_kind: str) -> Envelope:
+    if not isinstance(instances, list) or not instances:
+        got = "an empty list" if isinstance(instances, list) else type(instances).__name__
+        raise BadInput(f"instances: a non-empty list of instances, got {got}")
+    _count(len(instances), "instances")
+    return Envelope("v1", tuple(_v1_instance(inst, f"instances[{i}]", input_kind) for i, inst in enumerate(instances)))
+
+
+def _v1_instance(instance: Any, where: str, input_kind: str) -> Tuple[Any, str]:
+    if input_kind == "bytes":
+        # The KServe / TF-serving convention for binary data is {"b64": ...}; TorchServe's kserve
+        # examples send {"data": ...}.
+        if isinstance(instance, dict) and len(instance) == 1 and set(instance) <= {"b64", "data"}:
+            key = next(iter(instance))
+            return _b64(instance[key], f"{where}.{key}"), BINARY
+        raise BadInput(f'{where}: this model takes binary input: send {{"b64": "<base64>"}}')
+    if isinstance(instance, str):
+        return instance, TEXT
+    return instance, JSON  # what /predictions would have been given for an application/json body
+
+
+def _b64(value: Any, where: str) -> bytes:
+    if not isinstance(value, str):
+        raise BadInput(f"{where}: a base64 string, got {type(value).__name__}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise BadInput(f"{where}: not valid base64 ({err})"[:200]) from None
+
+
+# ---- Open Inference Protocol v2 ---------------------------------------------------------------
+def _v2(payload: dict, input_kind: str) -> Envelope:
+    request_id = payload.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise BadInput(f"id: a string, got {type(request_id).__name__}")
+    if "parameters" in payload and not isinstance(payload["parameters"], dict):
+        raise BadInput("parameters: a JSON object")
+    inputs = payload["inputs"]
+    if not isinstance(inputs, list) or not inputs:
+        got = "an empty list" if isinstance(inputs, list) else type(inputs).__name__
+        raise BadInput(f"inputs: a non-empty list of input tensors, got {got}")
+    if len(inputs) != 1:
+        raise BadInput(f"inputs: exactly one input tensor, got {len(inputs)}")
+    tensor = inputs[0]
+    if not isinstance(tensor, dict):
+        raise BadInput(f"inputs[0]: an object with name, shape, datatype and data, got {type(tensor).__name__}")
+    for field in ("name", "shape", "datatype", "data"):
+        if field not in tensor:
+            raise BadInput(f"inputs[0].{field}: missing")
+    if not isinstance(tensor["name"], str):
+        raise BadInput(f"inputs[0].name: a string, got {type(tensor['name']).__name__}")
+    shape = tensor["shape"]
+    if (not isinstance(shape, list) or not shape
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
+        raise BadInput(f"inputs[0].shape: a non-empty list of non-negative integers, got {shape!r}"[:200])
+    if shape[0] < 1:
+        raise BadInput(f"inputs[0].shape: {shape}: the first dimension counts the instances, at least 1")
+    _count(shape[0], "inputs[0].shape[0]")
+    datatype = tensor["datatype"]
+    if datatype not in DATATYPES:
+        raise BadInput(f"inputs[0].datatype: {datatype!r} is not one of {list(DATATYPES)}"[:300])
+    data = tensor["data"]
+    if not isinstance(data, list):
+        raise BadInput(f"inputs[0].data: a list, got {type(data).__name__}")
+    if datatype == "BYTES":
+        bodies = _v2_bytes(data, shape, input_kind)
+    else:
+        bodies = _v2_numbers(data, shape, datatype, input_kind)
+    return Envelope("v2", bodies, request_id)
+
+
+def _flat(data: list, depth: int = 0) -> List[Any]:
+    if depth > 32:
+        raise BadInput("inputs[0].data: nested deeper than 32 levels")
+    out: List[Any] = []
+    for value in data:
+        out.extend(_flat(value, depth + 1) if isinstance(value, list) else (value,))
+    return out
+
+
+def _v2_bytes(data: list, shape: List[int], input_kind: str) -> Tuple[Tuple[Any, str], ...]:
+    """BYTES: one string per instance (shape [n], or [n, 1, ...])."""
+    strings = _flat(data)
+    if math.prod(shape) != shape[0]:
+        raise BadInput(f"inputs[0].shape: {shape}: BYTES takes one string per instance, shape [n]")
+    if len(strings) != shape[0]:
+        raise BadInput(f"inputs[0].shape: {shape} declares {shape[0]} strings, data holds {len(strings)}")
+    bodies = []
+    for i, value in enumerate(strings):
+        if not isinstance(value, str):
+            raise BadInput(f"inputs[0].data[{i}]: a string, got {type(value).__name__}")
+        if input_kind == "bytes":
+            bodies.append((_b64(value, f"inputs[0].data[{i}]"), BINARY))
+        elif input_kind == "text":
+            bodies.append((value, TEXT))
+        else:  # a family that reads JSON: each string is one instance's JSON body
+            bodies.append((value.encode("utf-8", "surrogatepass"), JSON))
+    return tuple(bodies)
+
+
+def _v2_numbers(data: list, shape: List[int], datatype: str, input_kind: str) -> Tuple[Tuple[Any, str], ...]:
+    """Numbers: n instances of shape[1:], flat or nested, handed on in the tensor JSON form
+    {"data": [flat], "shape": [...]} that a family of input_kind "tensor" reads (base.py)."""
+    if input_kind != "tensor":
+        raise BadInput(f"inputs[0].datatype: {datatype}: this model takes BYTES (one string per instance)")
+    try:
+        array = np.array(data)
+    except ValueError:  # rows of different lengths or depths
+        raise BadInput("inputs[0].data: ragged nesting (rows of different lengths or depths)") from None
+    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+        raise BadInput(f"inputs[0].data: holds something that is not a number ({datatype})")
+    if array.size != math.prod(shape):
+        raise BadInput(f"inputs[0].shape: {shape} holds {math.prod(shape)} values, data has {array.size}")
+    array = _as_datatype(array.reshape(shape[0], -1), datatype)
+    item_shape = list(shape[1:])
+    return tuple(({"data": row, "shape": item_shape}, JSON) for row in array.tolist())
+
+
+def _as_datatype(array: np.ndarray, datatype: str) -> np.ndarray:
+    """The values as the declared datatype, refusing what the datatype cannot hold."""
+    wanted = np.dtype(NUMERIC[datatype])
+    if wanted.kind == "f":
+        if array.dtype == np.bool_:
+            raise BadInput(f"inputs[0].data: true/false values for {datatype}")
+        return array.astype(wanted)
+    if wanted.kind == "b":
+        if array.dtype != np.bool_ and not np.isin(array, (0, 1)).all():
+            raise BadInput("inputs[0].data: BOOL takes true/false or 0/1 only")
+        return array.astype(wanted)
+    if array.dtype.kind == "f" and not (np.isfinite(array).all() and np.array_equal(array, np.round(array))):
+        raise BadInput(f"inputs[0].data: fractional values for {datatype}")
+    info = np.iinfo(wanted)
+    if array.size and (array.min() < info.min or array.max() > info.max):
+        raise BadInput(f"inputs[0].data: values outside {datatype}'s range [{info.min}, {info.max}]")
+    return array.astype(wanted)
+
+
+# ---- answers ----------------------------------------------------------------------------------
+def instance_error(err: HandlerError, index: int) -> HandlerError:
+    """The family's rejection of one instance, for the whole request: same status, the instance named."""
+    return type(err)(f"instances[{index}]: {err.message}")
+
+
+def wrap(envelope: Envelope, answers: List[Any], model_name: str) -> dict:
+    """The family's answers (one per instance, each what /predictions returns) in the request's protocol."""
+    if envelope.protocol == "v1":
+        return {"predictions": answers}
+    vectors = [_vector(answer) for answer in answers]
+    if all(v is not None for v in vectors) and len({len(v) for v in vectors}) == 1:
+        output = {"name": "output-0", "shape": [len(vectors), len(vectors[0])], "datatype": "FP32",
+                  "data": [x for v in vectors for x in v]}
+    else:
+        output = {"name": "output-0", "shape": [len(answers)], "datatype": "BYTES",
+                  "data": [json_bytes(answer).decode("utf-8") for answer in answers]}
+    return {"model_name": model_name, "id": envelope.request_id or str(uuid.uuid4()), "outputs": [output]}
+
+
+def _vector(answer: Any) -> Optional[list]:
+    """The numbers of an answer that is one flat vector ([x, ...] or {"embedding": [x, ...]}), else None."""
+    if isinstance(answer, dict) and len(answer) == 1:
+        answer = next(iter(answer.values()))
+    if not isinstance(answer, list) or not answer:
+        return None
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in answer):
+        return answer
+    return None
