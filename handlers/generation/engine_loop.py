@@ -1,0 +1,205 @@
+"""The engine at its own speed: one thread per worker steps the continuous batch for as long as any
+sequence runs, and requests join it as they arrive (TorchServe's asynchronous worker mode hands the
+handler each request when it comes, instead of calling it once per decoding step).
+
+    loop = EngineLoop(engine, max_running=0, on_stats=...)
+    loop.start()
+    loop.submit(Ticket(key, request, priority, deliver))   # deliver(event) is called from the loop
+
+Each iteration admits what arrived (a prefill; the new sequences get their first token), then
+advances every running sequence by one token (or several, speculating), then hands each sequence's
+new text to its ticket. A fault of the model or the loop fails only the requests it held, each with
+a 5xx; the loop goes on with the next arrivals. Priorities and `max_running` work as in the
+step-per-call mode (serving.py): high first, then normal, then low, each in order of arrival.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+from handlers.errors import HandlerError, ServerFault
+from handlers.generation.engine import Engine, Generation
+from handlers.generation.params import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """New text of a sequence (possibly empty: a token that completes no character yet)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """The sequence ended: its last text, and why."""
+
+    text: str
+    finish: str
+    prompt_tokens: int
+    generated_tokens: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: HandlerError
+
+
+Event = Union[Chunk, Done, Failed]
+
+
+@dataclass
+class Ticket:
+    """One request in the loop: what to generate, and where its events go (called from the loop's thread)."""
+
+    key: str
+    request: GenerationRequest
+    deliver: Callable[[Event], None]
+    priority: int = 1  # 0 high, 1 normal, 2 low
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class LoopStats:
+    """What the loop did since the last report (for Prometheus)."""
+
+    tokens: int = 0
+    ttft_ms: List[float] = field(default_factory=list)
+    gaps_ms: List[float] = field(default_factory=list)
+    running: int = 0
+    waiting: int = 0
+    steps: int = 0
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine, max_running: int = 0, on_stats: Optional[Callable[[LoopStats], None]] = None,
+                 stats_every_s: float = 1.0) -> None:
+        self.engine = engine
+        self.max_running = max_running
+        self.on_stats = on_stats
+        self.stats_every_s = stats_every_s
+        self._inbox: "queue.SimpleQueue[Tuple[str, object]]" = queue.SimpleQueue()
+        self._tickets: Dict[str, Ticket] = {}
+        self._waiting: List[Generation] = []
+        self._stats = LoopStats()
+        self._reported = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+
+    def start(self) -> "EngineLoop":
+        self._thread.start()
+        return self
+
+    def submit(self, ticket: Ticket) -> None:
+        self._inbox.put(("submit", ticket))
+
+    def cancel(self, key: str) -> None:
+        """Release the request's sequence at the next step (its client is gone)."""
+        self._inbox.put(("cancel", key))
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            if not self.engine.running and not self._waiting:
+                try:  # idle: wait for a request, reporting the (idle) gauges meanwhile
+                    self._take(self._inbox.get(timeout=self.stats_every_s))
+                except queue.Empty:
+                    self._report()
+                    continue
+            self._take_arrived()
+            starting = self._starting()
+            try:
+                if starting:
+                    self.engine.admit(starting)
+                    for seq in starting:
+                        self._stats.tokens += 1
+                        self._stats.ttft_ms.append((seq.token_times[0] - self._tickets[seq.key].arrived) * 1000.0)
+                    self._deliver(starting)
+                moved = self.engine.step() if self.engine.running else []
+                self._stats.steps += bool(moved)
+                for seq in moved:
+                    self._stats.tokens += seq.added
+                    gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
+                    self._stats.gaps_ms.extend([gap / seq.added] * seq.added)
+                self._deliver([seq for seq in moved if seq not in starting])
+            except Exception:  # a fault of ours: the requests the loop holds get a 5xx, the loop goes on
+                log.exception("generation step failed: failing %d sequence(s)", len(self.engine.running))
+                self._fail([*starting, *self.engine.running],
+                           ServerFault("generation failed (the model log has the traceback)"))
+            self._report()
+
+    def _take(self, item: Optional[Tuple[str, object]]) -> None:
+        if item is None:
+            return
+        kind, value = item
+        if kind == "submit":
+            ticket = value
+            seq = self.engine.new_sequence(ticket.key, ticket.request)
+            seq.priority = ticket.priority
+            self._tickets[ticket.key] = ticket
+            self._waiting.append(seq)
+            self._waiting.sort(key=lambda s: s.priority)  # stable: arrival order within a class
+        elif kind == "cancel":
+            self._waiting = [s for s in self._waiting if s.key != value]
+            for seq in self.engine.drop([value]):
+                log.info("request %s left after %d tokens: its sequence is released", seq.key, seq.generated)
+            self._tickets.pop(value, None)
+
+    def _take_arrived(self) -> None:
+        while True:
+            try:
+                self._take(self._inbox.get_nowait())
+            except queue.Empty:
+                return
+
+    def _starting(self) -> List[Generation]:
+        """The waiting sequences that start now: every high-priority one, and others while fewer
+        than max_running non-high sequences run."""
+        room = float("inf") if self.max_running == 0 else \
+            self.max_running - sum(1 for seq in self.engine.running if seq.priority > 0)
+        starting, still = [], []
+        for seq in self._waiting:
+            if seq.priority == 0 or room > 0:
+                starting.append(seq)
+                room -= seq.priority > 0
+            else:
+                still.append(seq)
+        self._waiting = still
+        return starting
+
+    def _deliver(self, sequences: List[Generation]) -> None:
+        for seq in sequences:
+            ticket = self._tickets.get(seq.key)
+            if ticket is None:
+                continue
+            if seq.done:
+                del self._tickets[seq.key]
+                ticket.deliver(Done(seq.text.take(final=True), seq.finish, len(seq.request.prompt_ids),
+                                    seq.generated))
+            else:
+                ticket.deliver(Chunk(seq.text.take(final=False)))
+
+    def _fail(self, held: List[Generation], error: HandlerError) -> None:
+        keys = list(dict.fromkeys(seq.key for seq in held))
+        self.engine.drop(keys)
+        self.engine.running, self.engine.kv = [], None  # whatever state the fault left is not trusted
+        for key in keys:
+            ticket = self._tickets.pop(key, None)
+            if ticket is not None:
+                ticket.deliver(Failed(error))
+
+    def _report(self) -> None:
+        now = time.perf_counter()
+        if self.on_stats is None or now - self._reported < self.stats_every_s:
+            return
+        self._stats.running, self._stats.waiting = len(self.engine.running), len(self._waiting)
+        stats, self._stats, self._reported = self._stats, LoopStats(), now
+        try:
+            self.on_stats(stats)
+        except Exception:  # metrics must never stop generation
+            log.exception("reporting generation metrics failed")
