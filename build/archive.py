@@ -37,7 +37,6 @@ from handlers import runtime
 from handlers.settings import SERIALISED_GRAPHS
 
 STATE_FILE = ".build-state.json"
-HANDLER = "handlers/handler.py"  # the handler TorchServe runs, the same for every archive
 HANDLERS = Path(handlers.__file__).resolve().parent  # the package every archive carries
 
 
@@ -139,12 +138,13 @@ def generate_archive(config, stage: Path) -> None:
         tempfile.tempdir = saved
 
 
-def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: Path) -> Path:
+def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: Path, handler: str) -> Path:
+    """`handler`: the handler file TorchServe runs, relative to `content` (the family's entry)."""
     from model_archiver.model_archiver_config import ModelArchiverConfig
 
     config = ModelArchiverConfig(
         model_name=entry.name,  # every variant under the model's own name: clients keep its URL
-        handler=str(content / HANDLER),
+        handler=str(content / handler),
         version=entry.version,
         serialized_file=str(weights),
         extra_files=str(content),
@@ -264,12 +264,12 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
             progress(f"  {name} {variant.name}: not archived (the gate rejected it)")
             return VariantResult(variant.name, None, verdict.summary, verdict.worst, size, speed, rebuilt=True)
         served = Path(shutil.move(str(served), stage / served.name))
-        model_config = {**family.archive_config, "handler": section}
+        model_config = {**family.archive_keys(), "handler": section}
         (stage / "model-config.yaml").write_text(yaml.safe_dump(model_config, sort_keys=False))
         progress(f"  {name} {variant.name}: archiving")
         out = stage / "out"
         out.mkdir()
-        built = package(entry, stage, content, served, out)
+        built = package(entry, stage, content, served, out, family.handler_entry())
         os.replace(built, archive)
     return VariantResult(variant.name, archive, verdict.summary if verdict else None,
                          verdict.worst if verdict else None, size, speed, rebuilt=True)

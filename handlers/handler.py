@@ -70,6 +70,7 @@ class Handler:
         props = context.system_properties
         model_dir = Path(props["model_dir"])
         self.model_name = context.model_name
+        self.metrics_context = context  # what a generating worker's engine loop reports through
         yaml_config = getattr(context, "model_yaml_config", None) or {}
         self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"))
         rt = self.settings.runtime
@@ -89,6 +90,7 @@ class Handler:
         self.model = self.load_model(model_dir)
         if self.family.generates:
             continuous = bool(yaml_config.get("continuousBatching", False))
+            asynchronous = bool(yaml_config.get("asyncCommunication", False))
             if continuous and workers > 1:
                 # TorchServe 0.12's Model.pollInferJob holds the model's queue lock while an idle worker
                 # waits for a request, and a continuous batch takes that lock every step: a second
@@ -96,7 +98,7 @@ class Handler:
                 raise ConfigError(f"{self.model_name}: continuous batching runs on one worker per model in "
                                   f"TorchServe 0.12 ({workers} started): set minWorkers=maxWorkers=1 and raise "
                                   "batchSize (sequences per step) instead")
-            self.generation = generation_service(self, model_dir, continuous)
+            self.generation = generation_service(self, model_dir, continuous, asynchronous)
         if self.settings.response_cache.enabled:
             if self.family.generates:
                 raise ConfigError("response_cache: not available for generating families yet (remove the section)")
@@ -344,10 +346,13 @@ class Handler:
         return _json_answer(context, idx, answer)
 
 
-def generation_service(handler: Handler, model_dir: Path, continuous: bool):
-    """A generative family's engine and service over the handler's model (imported only for them)."""
+def generation_service(handler: Handler, model_dir: Path, continuous: bool, asynchronous: bool = False):
+    """A generative family's engine and service over the handler's model (imported only for them):
+    step by step (continuous batching), a whole batch per call, or the engine loop (async mode)."""
+    from handlers.generation.async_serving import AsyncGenerationService
     from handlers.generation.drafting import load_drafter
     from handlers.generation.engine import Engine
+    from handlers.generation.metrics import loop_emitter
     from handlers.generation.prefix_cache import PrefixCache
     from handlers.generation.serving import GenerationService
 
@@ -359,9 +364,17 @@ def generation_service(handler: Handler, model_dir: Path, continuous: bool):
                                                                  settings.draft_model),
                     speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,
                     prefix_cache=cache)
+    def priority_of(context, idx):
+        return kserve.header(_headers(context, idx), "x-priority")
+
+    if asynchronous:
+        return AsyncGenerationService(engine, handler.model_name, handler.decode_each, handler.reject,
+                                      max_running=settings.max_running, priority_of=priority_of,
+                                      emit=loop_emitter(handler.metrics_context, handler.model_name),
+                                      warm_request=handler.family.example_request())
     return GenerationService(engine, handler.model_name, continuous, handler.decode_each, handler.reject,
                              warm_request=handler.family.example_request(), max_running=settings.max_running,
-                             priority_of=lambda context, idx: kserve.header(_headers(context, idx), "x-priority"))
+                             priority_of=priority_of)
 
 
 def _fault(idx: int) -> ServerFault:

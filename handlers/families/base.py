@@ -40,8 +40,6 @@ class Family:
     input_kind: ClassVar[str] = "json"
     # Generative families are served step by step with per-request state (handlers/generation/).
     generates: ClassVar[bool] = False
-    # Keys the family needs in its archives' model-config.yaml, beside `handler:` (frontend modes).
-    archive_config: ClassVar[Mapping[str, Any]] = {}
     # The transformers Auto class that builds a Hugging Face source for this family.
     huggingface_class: ClassVar[str] = "AutoModel"
     # The usual Content-Type of a request body (the tools send an over-limit body with it).
@@ -54,6 +52,14 @@ class Family:
         memory layout the model runs in (image batches can be collated straight into it)."""
         self.settings = settings
         self.channels_last = channels_last
+
+    def archive_keys(self) -> Mapping[str, Any]:
+        """Keys the family needs in its archives' model-config.yaml, beside `handler:` (frontend modes)."""
+        return {}
+
+    def handler_entry(self) -> str:
+        """The archive's handler file, relative to the staged content (a module with one handler class)."""
+        return "handlers/handler.py"
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The served module around the source model (the identity unless the family adds a head)."""

@@ -39,6 +39,9 @@ class CausalLMSettings:
     prefix_cache_mib: float = 0  # per worker; 0: no prefix cache
     prefix_block_tokens: int = 32  # prefixes are cached and found at multiples of this many tokens
     max_running: int = 0  # the most non-high-priority sequences advancing together (more wait); 0: no limit
+    # How TorchServe drives the engine: "async" (asyncCommunication: requests join a loop that steps at
+    # the engine's speed, several workers allowed) or "step" (continuousBatching: one call per step).
+    mode: Literal["async", "step"] = "step"
 
     def __post_init__(self):
         if self.max_prompt_tokens < 1 or self.max_new_tokens < 1:
@@ -73,7 +76,6 @@ class CausalLM(Family):
     Settings = CausalLMSettings
     input_kind = "json"
     generates = True  # the handler serves it with handlers/generation (stateful, step by step)
-    archive_config = {"continuousBatching": True}  # TorchServe calls the handler once per decoding step
     huggingface_class = "AutoModelForCausalLM"
 
     def __init__(self, settings: CausalLMSettings, model_dir: Path, channels_last: bool = False) -> None:
@@ -90,6 +92,13 @@ class CausalLM(Family):
         self.eos_id = int(eos)
         self.limits = Limits(settings.max_prompt_tokens, settings.max_new_tokens, settings.default_max_new_tokens,
                              max_prompt_chars=settings.max_body_bytes)
+
+    def archive_keys(self) -> dict:
+        """Async: TorchServe forwards each request as it comes; step: it calls the handler once per step."""
+        return {"asyncCommunication": True} if self.settings.mode == "async" else {"continuousBatching": True}
+
+    def handler_entry(self) -> str:
+        return "handlers/async_handler.py" if self.settings.mode == "async" else super().handler_entry()
 
     def encode(self, text: str) -> List[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

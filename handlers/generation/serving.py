@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError, ServerFault
 from handlers.generation.engine import Engine, Generation
+from handlers.generation.metrics import Figures, TokenRate, emit
 from handlers.generation.params import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ class GenerationService:
             if result is None:
                 results[idx], more[idx] = self._answer(context, idx, self.live[ids[idx]])
         context.stopping_criteria = [_More(value) for value in more]
-        stats.waiting = len(self.waiting)
+        stats.figures.waiting = len(self.waiting)
         stats.emit(context, self.engine)
         return results
 
@@ -193,7 +194,7 @@ class GenerationService:
             self._forget(key)
         if gone:
             self.waiting = [seq for seq in self.waiting if seq.key in present]
-        stats.released = len(gone)
+        stats.figures.released = len(gone)
 
     # ---- plain batching: the whole batch in one call ---------------------------------------
     def _to_the_end(self, context, ids, results, new, stats) -> List[bytes]:
@@ -233,54 +234,30 @@ def _summary(seq: Generation) -> dict:
 
 
 class _CallStats:
-    """What one call did, for Prometheus (through TorchServe's context.metrics)."""
+    """What one call did; the service sums calls and reports at most once a second (metrics.py)."""
 
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
-        self.tokens = 0
-        self.ttft_ms: List[float] = []
-        self.gaps_ms: List[float] = []
-        self.released = 0
-        self.waiting = 0
+        self.figures = Figures()
 
     def first_tokens(self, sequences: Sequence[Generation]) -> None:
         for seq in sequences:
-            self.tokens += 1
-            self.ttft_ms.append((seq.token_times[0] - seq.admitted_at) * 1000.0)
+            self.figures.tokens += 1
+            self.figures.ttft_ms.append((seq.token_times[0] - seq.admitted_at) * 1000.0)
 
     def advanced(self, sequences: Sequence[Generation]) -> None:
         for seq in sequences:  # a speculative step can give a sequence several tokens at once
-            self.tokens += seq.added
+            self.figures.tokens += seq.added
             gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
-            self.gaps_ms.extend([gap / seq.added] * seq.added)
+            self.figures.gaps_ms.extend([gap / seq.added] * seq.added)
 
     def emit(self, context, engine: Engine) -> None:
         metrics = getattr(context, "metrics", None)
         if metrics is None:
             return
-        from ts.metrics.dimension import Dimension
-        from ts.metrics.metric_type_enum import MetricTypes
+        self.figures.running = len(engine.running)
+        rate = _RATES.setdefault(self.model_name, TokenRate())
+        emit(metrics, self.model_name, self.figures, engine, rate.add(self.figures.tokens))
 
-        def dims():
-            return [Dimension("ModelName", self.model_name), Dimension("Level", "Model")]
 
-        counters = {"GenerationTokens": self.tokens, "GenerationFirstTokens": len(self.ttft_ms),
-                    "GenerationTimeToFirstTokenMs": sum(self.ttft_ms), "GenerationInterTokens": len(self.gaps_ms),
-                    "GenerationInterTokenMs": sum(self.gaps_ms), "GenerationReleasedOnDisconnect": self.released}
-        for name, value in counters.items():
-            metrics.add_metric(name, value, "Count", dimensions=dims(), metric_type=MetricTypes.COUNTER)
-        metrics.add_metric("GenerationRunningSequences", len(engine.running), "Count", dimensions=dims(),
-                           metric_type=MetricTypes.GAUGE)
-        metrics.add_metric("GenerationCacheBytes", engine.cache_bytes, "Bytes", dimensions=dims(),
-                           metric_type=MetricTypes.GAUGE)
-        metrics.add_metric("GenerationWaitingSequences", self.waiting, "Count", dimensions=dims(),
-                           metric_type=MetricTypes.GAUGE)
-        cache = engine.prefix_cache
-        if cache is not None:
-            counts = cache.take_counts()
-            for name, value in {"GenerationPrefixCacheHits": counts.hits, "GenerationPrefixCacheMisses": counts.misses,
-                                "GenerationPrefixCacheReusedTokens": counts.reused_tokens,
-                                "GenerationPrefixCacheEvictions": counts.evictions}.items():
-                metrics.add_metric(name, value, "Count", dimensions=dims(), metric_type=MetricTypes.COUNTER)
-            metrics.add_metric("GenerationPrefixCacheBytes", cache.nbytes, "Bytes", dimensions=dims(),
-                               metric_type=MetricTypes.GAUGE)
+_RATES: dict = {}  # model -> its tokens/s window (one service per worker process)

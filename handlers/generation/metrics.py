@@ -1,0 +1,95 @@
+"""Generation figures on Prometheus (through TorchServe's context.metrics, auto-detected), the same
+names in both modes: tokens made and tokens/s, time to first token and inter-token latency (sums
+and counts, so a dashboard divides rates), running and waiting sequences, KV-cache bytes, and the
+prefix cache's hits, misses and reuse."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Mapping, Optional
+
+COUNTERS = ("GenerationTokens", "GenerationFirstTokens", "GenerationTimeToFirstTokenMs", "GenerationInterTokens",
+            "GenerationInterTokenMs", "GenerationReleasedOnDisconnect")
+
+
+@dataclass
+class Figures:
+    """What was generated since the last report."""
+
+    tokens: int = 0
+    ttft_ms: List[float] = field(default_factory=list)
+    gaps_ms: List[float] = field(default_factory=list)
+    released: int = 0
+    running: int = 0
+    waiting: int = 0
+
+
+class TokenRate:
+    """Tokens per second over windows of at least `every_s` of wall time: a step is milliseconds."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self.every_s, self.tokens, self.since = every_s, 0, time.perf_counter()
+
+    def add(self, tokens: int) -> Optional[float]:
+        """The rate once a window closes, else None."""
+        self.tokens += tokens
+        now = time.perf_counter()
+        if now - self.since < self.every_s:
+            return None
+        rate = self.tokens / (now - self.since)
+        self.tokens, self.since = 0, now
+        return round(rate, 1)
+
+
+def emit(metrics, model_name: str, figures: Figures, engine, tokens_per_s: Optional[float] = None) -> None:
+    """Counters for what happened, gauges for the state now."""
+    from ts.metrics.dimension import Dimension
+    from ts.metrics.metric_type_enum import MetricTypes
+
+    def dims():
+        return [Dimension("ModelName", model_name), Dimension("Level", "Model")]
+
+    def count(name: str, value: float) -> None:
+        metrics.add_metric(name, value, "Count", dimensions=dims(), metric_type=MetricTypes.COUNTER)
+
+    def gauge(name: str, value: float, unit: str = "Count") -> None:
+        metrics.add_metric(name, value, unit, dimensions=dims(), metric_type=MetricTypes.GAUGE)
+
+    counters: Mapping[str, float] = {
+        "GenerationTokens": figures.tokens, "GenerationFirstTokens": len(figures.ttft_ms),
+        "GenerationTimeToFirstTokenMs": sum(figures.ttft_ms), "GenerationInterTokens": len(figures.gaps_ms),
+        "GenerationInterTokenMs": sum(figures.gaps_ms), "GenerationReleasedOnDisconnect": figures.released}
+    for name, value in counters.items():
+        count(name, value)
+    gauge("GenerationRunningSequences", figures.running)
+    gauge("GenerationWaitingSequences", figures.waiting)
+    if tokens_per_s is not None:
+        gauge("GenerationTokensPerSecond", tokens_per_s)
+    gauge("GenerationCacheBytes", engine.cache_bytes, "Bytes")
+    cache = engine.prefix_cache
+    if cache is not None:
+        counts = cache.take_counts()
+        for name, value in {"GenerationPrefixCacheHits": counts.hits, "GenerationPrefixCacheMisses": counts.misses,
+                            "GenerationPrefixCacheReusedTokens": counts.reused_tokens,
+                            "GenerationPrefixCacheEvictions": counts.evictions}.items():
+            count(name, value)
+        gauge("GenerationPrefixCacheBytes", cache.nbytes, "Bytes")
+
+
+def loop_emitter(context, model_name: str) -> Callable:
+    """The engine loop's reporter (engine_loop.LoopStats, from the loop's thread) onto the metrics of
+    the context the worker was initialised with."""
+    lock = threading.Lock()
+    rate = TokenRate(every_s=0.0)  # the loop reports about once a second already
+
+    def report(stats, engine) -> None:
+        metrics = getattr(context, "metrics", None)
+        if metrics is None:
+            return
+        with lock:
+            figures = Figures(stats.tokens, stats.ttft_ms, stats.gaps_ms, 0, stats.running, stats.waiting)
+            emit(metrics, model_name, figures, engine, rate.add(stats.tokens))
+
+    return report

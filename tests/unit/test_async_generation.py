@@ -1,0 +1,178 @@
+"""The causal LM in TorchServe's asynchronous worker mode, in-process: each request a coroutine, the
+engine loop stepping for all of them (handlers/generation/async_serving.py, engine_loop.py).
+
+Answers equal the step-per-call mode's; requests that arrive while others generate join their batch;
+a bad request gets its 400 alone; a fault of the model fails only the requests the loop held."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from build.archive import build_entry
+from build.catalogue import Catalogue
+from handlers.generation.async_serving import AsyncGenerationService
+from handlers.handler import Handler
+from serving.fake_context import FakeContext, extract
+from tests.tiny import tiny_project
+
+pytestmark = pytest.mark.unit
+
+PROMPTS = ["The for statement", "A class definition defines", "Exceptions are raised when", "A man is"]
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    catalogue = Catalogue.load(tiny_project(root))
+    archive = build_entry(catalogue, "tiny_lm", root, root / "store", progress=lambda _: None).archive
+    return extract(archive, root / "tiny_lm")
+
+
+def handler_in(model_dir: Path, mode: str):
+    context = FakeContext(model_dir, "tiny_lm", batch_size=8, handler_overrides={"causal_lm": {"mode": mode}})
+    if mode == "async":  # what the build writes into an async archive's model-config.yaml
+        context.model_yaml_config.pop("continuousBatching", None)
+        context.model_yaml_config["asyncCommunication"] = True
+    handler = Handler()
+    handler.initialize(context)
+    return handler, context
+
+
+class Sent:
+    """What the service sent through TorchServe's intermediate responses, per request id."""
+
+    def __init__(self):
+        self.lines = {}
+
+    def __call__(self, context, chunks):
+        for idx, chunk in chunks.items():
+            self.lines.setdefault(context.request_ids[idx], []).append(chunk)
+
+
+def call_context(base: FakeContext, request_id: str, body: dict, headers=None) -> FakeContext:
+    """One request's context, as ts/async_service.py deep-copies one per call."""
+    context = FakeContext.__new__(FakeContext)
+    context.__dict__.update(base.__dict__)
+    context.request_ids = {0: request_id}
+    context.headers = {0: {"Content-Type": "application/json", **(headers or {})}}
+    context.statuses, context.content_types = {}, {}
+    return context
+
+
+async def ask(handler, base, request_id, body, delay=0.0, headers=None):
+    await asyncio.sleep(delay)
+    context = call_context(base, request_id, body, headers)
+    (answer,) = await handler.handle([{"body": json.dumps(body).encode()}], context)
+    return answer, context
+
+
+def step_answers(model_dir, bodies):
+    """The step-per-call mode's answers to the same bodies, each alone (greedy: the same text)."""
+    handler, context = handler_in(model_dir, "step")
+    out = []
+    for body in bodies:
+        seq = handler.generation.engine.generate([("k", handler.family.decode(body, ""))])["k"]
+        out.append((seq.text.take(final=True), seq.finish, seq.generated))
+    return out
+
+
+def test_requests_joining_a_running_batch_get_the_step_modes_answers(tiny_lm):
+    from handlers.async_handler import AsyncHandler
+
+    handler, base = handler_in(tiny_lm, "async")
+    assert isinstance(handler.generation, AsyncGenerationService)
+    handler.generation.send = sent = Sent()
+    bodies = [{"prompt": p, "max_new_tokens": 12, "temperature": 0, "stream": i % 2 == 0}
+              for i, p in enumerate(PROMPTS)]
+
+    async def run():
+        return await asyncio.gather(*(ask(handler, base, f"r{i}", b, delay=0.01 * i) for i, b in enumerate(bodies)))
+
+    results = asyncio.run(run())
+    for (answer, context), body, (text, finish, generated), i in zip(results, bodies, step_answers(tiny_lm, bodies),
+                                                                     range(len(bodies))):
+        assert not context.statuses
+        if body["stream"]:
+            lines = [json.loads(line) for chunk in [*sent.lines.get(f"r{i}", []), answer]
+                     for line in chunk.decode().splitlines()]
+            assert "".join(line["text"] for line in lines) == text
+            assert (lines[-1]["finish_reason"], lines[-1]["generated_tokens"]) == (finish, generated)
+        else:
+            whole = json.loads(answer)
+            assert (whole["text"], whole["finish_reason"], whole["generated_tokens"]) == (text, finish, generated)
+    assert AsyncHandler.handle is not Handler.handle
+
+
+def test_a_bad_request_gets_its_400_and_the_others_go_on(tiny_lm):
+    handler, base = handler_in(tiny_lm, "async")
+
+    async def run():
+        return await asyncio.gather(ask(handler, base, "good", {"prompt": PROMPTS[0], "max_new_tokens": 5}),
+                                    ask(handler, base, "bad", {"prompt": PROMPTS[0], "temperature": -2}))
+
+    (good, good_ctx), (bad, bad_ctx) = asyncio.run(run())
+    assert bad_ctx.statuses[0][0] == 400 and "temperature" in json.loads(bad)["message"]
+    assert not good_ctx.statuses and json.loads(good)["generated_tokens"] == 5
+
+
+def test_a_fault_of_the_model_fails_the_requests_it_held_with_a_500_and_the_loop_goes_on(tiny_lm, monkeypatch):
+    handler, base = handler_in(tiny_lm, "async")
+    engine = handler.generation.engine
+    real_step = engine.step
+    calls = {"n": 0}
+
+    def failing_step():
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("a fault of ours")
+        return real_step()
+
+    monkeypatch.setattr(engine, "step", failing_step)
+
+    async def run():
+        held = await asyncio.gather(*(ask(handler, base, f"h{i}", {"prompt": p, "max_new_tokens": 12})
+                                      for i, p in enumerate(PROMPTS[:2])))
+        after = await ask(handler, base, "after", {"prompt": PROMPTS[2], "max_new_tokens": 4})
+        return held, after
+
+    held, (after, after_ctx) = asyncio.run(run())
+    assert [ctx.statuses[0][0] for _, ctx in held] == [500, 500]
+    assert all(json.loads(answer)["code"] == 500 for answer, _ in held)
+    assert not after_ctx.statuses and json.loads(after)["generated_tokens"] == 4
+
+
+def test_the_loop_reports_tokens_per_second_and_running_sequences(tiny_lm):
+    handler, base = handler_in(tiny_lm, "async")
+    handler.generation.loop.stats_every_s = 0.0
+
+    async def run():
+        return await ask(handler, base, "m", {"prompt": PROMPTS[0], "max_new_tokens": 8})
+
+    asyncio.run(run())
+    deadline = time.monotonic() + 5
+    while base.metrics.last("GenerationTokens") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    names = {call[1] for call in base.metrics.calls}
+    assert {"GenerationTokens", "GenerationTimeToFirstTokenMs", "GenerationRunningSequences",
+            "GenerationWaitingSequences", "GenerationTokensPerSecond"} <= names, names
+
+
+def test_the_build_writes_the_async_mode_into_the_archive(tmp_path):
+    root = tmp_path
+    path = tiny_project(root)
+    raw = yaml.safe_load(path.read_text())
+    raw["models"]["tiny_lm"]["settings"]["causal_lm"]["mode"] = "async"
+    raw["models"] = {"tiny_lm": raw["models"]["tiny_lm"]}
+    path.write_text(yaml.safe_dump(raw))
+    archive = build_entry(Catalogue.load(path), "tiny_lm", root, root / "store", progress=lambda _: None).archive
+    folder = extract(archive, root / "x")
+    config = yaml.safe_load((folder / "model-config.yaml").read_text())
+    manifest = json.loads((folder / "MAR-INF" / "MANIFEST.json").read_text())
+    assert config.get("asyncCommunication") is True and "continuousBatching" not in config
+    assert manifest["model"]["handler"] == "async_handler.py"
