@@ -18,7 +18,7 @@ from build.catalogue import Catalogue
 from build.errors import BuildError
 from build.report import lines as report_lines
 from build.report import write as write_report
-from build.selection import Selection, for_config
+from build.selection import Selection, check_examples, for_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,6 +44,7 @@ def main(argv=None) -> int:
         if args.for_config is not None:
             selection = for_config(catalogue, args.for_config)
             check_foreign(selection, args.for_config, args.out)
+            check_examples(catalogue, selection, args.catalogue.resolve().parent)
             names, variants = list(selection.names), dict(selection.variants)
     except BuildError as err:
         print(f"build failed: {err}", file=sys.stderr)

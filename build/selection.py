@@ -8,7 +8,8 @@ An archive's file name says which entry and variant build it (build/variants.py:
 the entry's default variant, `<model>.<variant>.mar` another; a model name holds no dot). `all`
 asks for every entry and every variant, as TorchServe then loads whatever the store holds.
 An archive no catalogue entry builds (one put in the store by hand, say) is left to the caller:
-it may already be in the store.
+it may already be in the store. The example requests of what is served must be at hand too:
+`make serve` prints a curl line sending each model's first one.
 """
 
 from __future__ import annotations
@@ -90,3 +91,12 @@ def for_config(catalogue: Catalogue, config: Path) -> Selection:
         raise CatalogueError(f"{config.name} has no {LOAD_MODELS}= line: add one naming the archives to serve, "
                              f"e.g. {LOAD_MODELS}={catalogue.names[0]}={catalogue.names[0]}{ARCHIVE_SUFFIX}")
     return resolve(catalogue, props[LOAD_MODELS], f"{config.name} {LOAD_MODELS}")
+
+
+def check_examples(catalogue: Catalogue, selection: Selection, root: Path) -> None:
+    """Every example request file of the selected entries is there (an archive that is up to date
+    is not rebuilt, so its build would not notice one gone)."""
+    for name in selection.names:
+        for i, example in enumerate(catalogue.entry(name).examples):
+            if example.file is not None:
+                example.file.resolve(root, f"model {name!r} examples[{i}]")

@@ -5,6 +5,7 @@ No built archives needed: it runs with --noconftest too.
 """
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -13,7 +14,7 @@ from build.__main__ import main as build_main
 from build.catalogue import Catalogue
 from build.errors import CatalogueError
 from build.selection import for_config, load_models_items, resolve
-from serving.repo import CATALOGUE, DEFAULT_CONFIG
+from serving.repo import CATALOGUE, DEFAULT_CONFIG, REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -72,6 +73,20 @@ def test_a_config_without_load_models_is_refused(catalogue, tmp_path):
     (tmp_path / "config.properties").write_text("inference_address=http://127.0.0.1:8080\n")
     with pytest.raises(CatalogueError, match="no load_models= line"):
         for_config(catalogue, tmp_path / "config.properties")
+
+
+def test_a_missing_example_file_of_a_served_model_is_named(catalogue, tmp_path, capsys):
+    digits = yaml.safe_load(CATALOGUE.read_text())["models"]["digits"]
+    digits["examples"] = [{"path": "models/digits/example_2.npy"}, {"path": "models/digits/gone.npy"}]
+    (tmp_path / "catalogue.yaml").write_text(yaml.safe_dump({"models": {"digits": digits}}))
+    (tmp_path / "config.properties").write_text("load_models=digits=digits.mar\n")
+    shutil.copytree(REPO_ROOT / "models" / "digits", tmp_path / "models" / "digits",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = build_main(["--catalogue", str(tmp_path / "catalogue.yaml"), "--out", str(tmp_path / "store"),
+                       "--for-config", str(tmp_path / "config.properties")])
+    out = "".join(capsys.readouterr())
+    assert code == 1 and "model 'digits' examples[1]: file not found" in out and "gone.npy" in out, out
+    assert not (tmp_path / "store").exists()  # refused before anything is built
 
 
 TRAINER = '''
