@@ -9,14 +9,16 @@ TS     := $(VENV)/bin/torchserve
 STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 
-.PHONY: help venv java-check build serve stop test test-unit test-e2e bench bench-inprocess tune reliability deploy plan clean
+.PHONY: help venv java-check build build-serving serve stop test test-unit test-e2e bench bench-inprocess tune reliability deploy plan clean
 
 help:
-	@echo "make serve      build the archives, start TorchServe on 127.0.0.1:8080-8082, print curl lines"
+	@echo "make serve      build the archives config.properties loads, start TorchServe on 127.0.0.1:8080-8082,"
+	@echo "                print curl lines"
 	@echo "make stop       stop it"
 	@echo "make test       unit + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
 	@echo "make test-unit  tests/unit only;  make test-e2e  tests/e2e only"
-	@echo "make build      model_store/*.mar from catalogue.yaml (incremental)"
+	@echo "make build      model_store/*.mar from catalogue.yaml, every model and variant (incremental);"
+	@echo "                make build MODEL=<name>: that model's archives only"
 	@echo "make tune       search batchSize/maxBatchDelay/workers per model, write config.properties, verify"
 	@echo "                [MODEL=<name>] [ARGS=\"--slo-ms 80 ...\"]  (python -m benchmarks.tune --help)"
 	@echo "make tune MIX=minilm=0.7,efficientnet_lite0=0.3  one server for that traffic mix, all models at once"
@@ -49,15 +51,25 @@ java-check: $(STAMP)
 # resolved runtime (its bin/ first on PATH), or stop with the resolver's message.
 WITH_JAVA = JAVA_HOME=$$($(PY) -m serving.java) || exit 1; export JAVA_HOME PATH="$$JAVA_HOME/bin:$$PATH";
 
+# The build's many short parallel regions (tracing, gates, training small models) run on cores
+# that other jobs may share: OpenMP threads spinning while they wait would take the core from the
+# thread they wait for. Passive waiting has to be set before torch loads its OpenMP runtime.
+BUILD = OMP_WAIT_POLICY=PASSIVE $(PY) -m build
+
 build: $(STAMP)
-	$(PY) -m build
+	$(BUILD) $(if $(MODEL),--model $(MODEL))
+
+# What `make serve` loads, and nothing else: the archives config.properties' load_models names
+# (python -m build --for-config); the store's other archives and their build state stay as they are.
+build-serving: $(STAMP)
+	$(BUILD) --for-config config.properties
 
 # --ts-config + --ncs: this file is what runs (no logs/config snapshot replaces it on restart); the
 # workers find it through the frontend's command line and read their thread plan from it
 # (handlers/frontend.py, handlers/plan.py). An inherited TS_CONFIG_FILE would win over --ts-config: unset.
 # The JVM's console output goes to logs/console.log; the real logs are logs/ts_log.log, model_log.log.
 # One shell line, so the Java resolved once serves both --start and the --stop after a failed wait.
-serve: build
+serve: build-serving
 	@mkdir -p logs
 	@$(PY) -m serving.serve_wait --check
 	@$(WITH_JAVA) unset TS_CONFIG_FILE; \

@@ -66,10 +66,11 @@ class VariantResult:
 @dataclass(frozen=True)
 class BuildResult:
     name: str
-    archive: Path  # the default variant's
+    archive: Path  # the default variant's (not built when `skipped` holds it)
     rebuilt: bool
     seconds: float = 0.0
-    variants: Tuple[VariantResult, ...] = ()
+    variants: Tuple[VariantResult, ...] = ()  # the variants asked for
+    skipped: Tuple[str, ...] = ()  # variants not asked for: their archives and state left as they were
 
     @property
     def archives(self) -> Dict[str, Path]:
@@ -157,18 +158,23 @@ def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: P
 
 
 def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force: bool = False,
-                progress=print) -> BuildResult:
-    """Every variant of the entry whose inputs changed: exported, tried, gated, archived."""
+                progress=print, only: Optional[Iterable[str]] = None) -> BuildResult:
+    """Every variant of the entry whose inputs changed: exported, tried, gated, archived.
+
+    `only`: these variants alone (names; None: all of them). The others' archives and recorded
+    state are not touched, so a later full build still finds them up to date when they are.
+    """
     started = time.perf_counter()
     entry = catalogue.entry(name)
     for variant in entry.variants:  # every variant's settings checked before anything is exported
         export.parse_settings(entry, export.handler_section(entry, variant))
+    asked = entry.variants if only is None else _asked_variants(entry, only)
     extras = {e.name: e.source.resolve(root, f"model {name!r} extra file {e.name!r}") for e in entry.extra_files}
     held_out = [f.resolve(root, f"model {name!r} gate.held_out") for f in entry.gate.held_out]
     digest = input_hash(catalogue.raw_entries[name], root, entry.model.input_files(root), [*extras.values(), *held_out])
     state = _read_state(store)
     lines, todo = {}, []
-    for variant in entry.variants:
+    for variant in asked:
         key = variant.archive_name(name)
         saved = state.get(key)
         fresh = isinstance(saved, dict) and saved.get("digest") == digest
@@ -185,9 +191,19 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
             line = build_variant(entry, variant, root, store, extras, judge, progress)
             _write_state(store, variant.archive_name(name), digest, line)
             lines[variant.name] = line
-    results = tuple(lines[v.name] for v in entry.variants)
+    results = tuple(lines[v.name] for v in asked)
+    skipped = tuple(v.name for v in entry.variants if v not in asked)
     return BuildResult(name, store / entry.default_variant.archive_name(name), rebuilt=bool(todo),
-                       seconds=time.perf_counter() - started, variants=results)
+                       seconds=time.perf_counter() - started, variants=results, skipped=skipped)
+
+
+def _asked_variants(entry: ModelEntry, only: Iterable[str]) -> Tuple[Variant, ...]:
+    wanted = set(only)
+    unknown = sorted(wanted - {v.name for v in entry.variants})
+    if unknown:
+        raise CatalogueError(f"model {entry.name!r} has no variant {unknown[0]!r} "
+                             f"(its variants: {', '.join(v.name for v in entry.variants)})")
+    return tuple(v for v in entry.variants if v.name in wanted)
 
 
 def gate_judge(entry: ModelEntry, root: Path, progress) -> Optional["_Judge"]:

@@ -29,7 +29,8 @@ def lines(result: BuildResult) -> List[str]:
 
 
 def write(store: Path, results: Iterable[BuildResult]) -> Path:
-    """Merge these models' lines into the store's report (other models' lines are kept)."""
+    """Merge these models' lines into the store's report (other models' lines, and the lines of
+    variants a build skipped, are kept)."""
     path = store / f"{REPORT}.json"
     try:
         data = json.loads(path.read_text())
@@ -37,7 +38,7 @@ def write(store: Path, results: Iterable[BuildResult]) -> Path:
         data = {}
     models: Dict[str, list] = data.get("models", {})
     for result in results:
-        models[result.name] = [v.to_json() for v in result.variants]
+        models[result.name] = _merged(models.get(result.name, []), result)
     data = {"written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "models": models}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2))
@@ -51,6 +52,17 @@ def write(store: Path, results: Iterable[BuildResult]) -> Path:
             VariantResult.from_json(e, store) for e in entries))))
     (store / f"{REPORT}.md").write_text("\n".join(md) + "\n")
     return path
+
+
+def _merged(old: List[dict], result: BuildResult) -> List[dict]:
+    """The model's lines after this build: a variant it skipped keeps its earlier line, if any,
+    in its earlier place."""
+    new = {v.variant: v.to_json() for v in result.variants}
+    if not result.skipped:
+        return list(new.values())
+    kept = [new.pop(line["variant"], line) for line in old
+            if line.get("variant") in result.skipped or line.get("variant") in new]
+    return kept + list(new.values())
 
 
 def read(store: Path) -> Dict[str, List[VariantResult]]:

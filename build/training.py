@@ -19,6 +19,7 @@ import importlib.util
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -55,7 +56,10 @@ def trained_folder(script_path: str, root: Path, where: str, expect: str, progre
         write_report(script, root, cache)
         return cache
     module_name = str(script.relative_to(root).with_suffix("")).replace("/", ".")
-    progress(f"  training with {script_path} (cached afterwards in {cache.relative_to(root)})")
+    # Trained on the first build of an archive that needs it, never before: each script prints its
+    # steps with the time so far; this says what runs and how long it took.
+    progress(f"  training with {script_path} (not cached yet; cached afterwards in {cache.relative_to(root)})")
+    started = time.perf_counter()
     sys.path.insert(0, str(root))
     try:
         # Loaded from the file each time: a module imported earlier may be an older version of it.
@@ -75,7 +79,7 @@ def trained_folder(script_path: str, root: Path, where: str, expect: str, progre
         raise CatalogueError(f"{where}.train: {script_path}'s train(out) wrote no {expect}")
     (scratch / "figures.json").write_text(json.dumps(figures or {}, indent=2) + "\n")
     scratch.rename(cache)
-    progress(f"  trained: {json.dumps(figures or {})}")
+    progress(f"  trained in {time.perf_counter() - started:.0f} s: {json.dumps(figures or {})}")
     write_report(script, root, cache)
     return cache
 

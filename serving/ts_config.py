@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from serving import properties
 from serving.errors import ConfigError
 from build.catalogue import FRONTEND_KEYS
+from build.selection import load_models_items
 from handlers.plan import THREADS_KEY
 
 # The address properties and the default TorchServe uses when one is absent.
@@ -161,8 +162,8 @@ def archive_model_name(archive: Path) -> str:
 
 def startup_archives(load_models: str, store: Path) -> dict[str, str]:
     """TorchServe's load_models: `all` (every .mar of the store), or `name=file.mar` / `file.mar` items."""
-    value = load_models.strip()
-    if value.lower() == "all":
+    items = load_models_items(load_models)  # the parser the build resolves load_models with
+    if items is None:
         found: dict[str, list[str]] = {}
         for archive in sorted(store.glob("*.mar")):
             if not archive.name.startswith("."):  # TorchServe skips hidden files
@@ -175,11 +176,7 @@ def startup_archives(load_models: str, store: Path) -> dict[str, str]:
                               f"first: list the chosen ones instead, load_models={name}={files[0]},... "
                               "(make tune writes it)")
         return {name: files[0] for name, files in found.items()}
-    out: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in value.split(","))):
-        name, _, url = item.rpartition("=")
-        out[name or archive_model_name(store / url)] = url
-    return out
+    return {name or archive_model_name(store / url): url for name, url in items}
 
 
 @dataclass(frozen=True)
