@@ -28,7 +28,7 @@ import torch
 
 from build.errors import CatalogueError, ExportError
 from build.files import FileSource, only_keys
-from build.training import trained_folder, trained_weights
+from build.training import trained_folder, trained_weights, training_code
 from handlers.errors import ConfigError
 from handlers.sources import HuggingFaceSource, ModuleSource
 
@@ -131,9 +131,8 @@ class PythonSource:
 
     def input_files(self, root: Path) -> List[Path]:
         files = sorted((root / self.file).parent.rglob("*.py")) if self.file else []
-        if self.weights.trainer is not None:  # the script and its folder decide the trained weights
-            return files + sorted(p for p in (root / self.weights.trainer).parent.rglob("*")
-                                  if p.is_file() and "__pycache__" not in p.parts)
+        if self.weights.trainer is not None:  # the trained weights: what training_code says decides them
+            return files + training_code(root / self.weights.trainer)
         return files + [self.weights.source.resolve(root, "model.weights")]
 
 
@@ -230,9 +229,8 @@ class HuggingFaceFolder:
             shutil.copy2(folder / name, content / name)
 
     def input_files(self, root: Path) -> List[Path]:
-        if self.trainer is not None:  # the script and its folder decide the trained folder
-            return sorted(p for p in (root / self.trainer).parent.rglob("*")
-                          if p.is_file() and "__pycache__" not in p.parts)
+        if self.trainer is not None:  # the trained folder: what training_code says decides it
+            return training_code(root / self.trainer)
         return sorted(p for p in self.folder(root).iterdir() if p.is_file())
 
 

@@ -21,6 +21,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import List
 
 import torch
 
@@ -32,12 +33,17 @@ WEIGHTS = "weights.safetensors"
 REPORT = "training_report.json"
 
 
+def training_code(script: Path) -> List[Path]:
+    """What decides a script's trained weights: the Python code of its folder. Data files beside it
+    (examples, held-out sets, its training report) are what it writes, not what it reads."""
+    return sorted(p for p in script.parent.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts)
+
+
 def _folder_hash(script: Path) -> str:
     digest = hashlib.sha256(f"torch={torch.__version__}".encode())
-    for path in sorted(script.parent.rglob("*.py")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(script.parent)).encode())
-            digest.update(path.read_bytes())
+    for path in training_code(script):
+        digest.update(str(path.relative_to(script.parent)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
