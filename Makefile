@@ -30,12 +30,14 @@ help:
 	@echo "make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]  replicas -> deploy/k8s/hpa.yaml"
 	@echo "make venv       (re)install .venv when requirements*.txt change;  make clean"
 
-# The stamp is newer than both requirement files once they are installed; pip's wheel sources come
-# from pip.conf (local torch CPU wheel folder): no index URLs here.
-$(STAMP): requirements.txt requirements-nodeps.txt
+# The stamp is newer than every requirement file once they are installed. requirements-dev.txt
+# includes the build set, which includes the serving set (requirements.txt). pip's wheel sources
+# come from pip.conf (local torch CPU wheel folder): no index URLs here.
+REQUIREMENTS := requirements.txt requirements-build.txt requirements-dev.txt requirements-nodeps.txt
+$(STAMP): $(REQUIREMENTS)
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or make PYTHON=/path/to/python3.11)" >&2; exit 1; }
 	@test -x $(PY) || { echo "+ $(PYTHON) -m venv $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	@touch $@
 

@@ -85,12 +85,11 @@ def dockerfile(inputs: Inputs, deploy_rel: str) -> str:
         " && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini \\",
         " && rm -rf /var/lib/apt/lists/*",
         "ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1",
-        "COPY requirements.txt requirements-nodeps.txt /tmp/requirements/",
-        "# The same pins as the repository's venv (make venv). There torch==2.13.0 comes from a local CPU",
-        f"# wheel folder named in pip.conf; here from PyTorch's CPU index ({TORCH_CPU_INDEX}), so pip",
-        "# never picks a CUDA build. requirements-nodeps.txt: packages whose declared dependencies we skip.",
+        "COPY requirements.txt /tmp/requirements/",
+        "# The serving set only (no build, test or tool packages), with the same pins as the repository's",
+        "# venv (make venv). There torch==2.13.0 comes from a local CPU wheel folder named in pip.conf;",
+        f"# here from PyTorch's CPU index ({TORCH_CPU_INDEX}), so pip never picks a CUDA build.",
         f"RUN pip install --extra-index-url {TORCH_CPU_INDEX} -r /tmp/requirements/requirements.txt \\",
-        " && pip install --no-deps -r /tmp/requirements/requirements-nodeps.txt \\",
         " && rm -rf /tmp/requirements",
         f"RUN useradd --create-home --home-dir {HOME} --uid {UID} --user-group {USER}",
         "# Read-only for the server (owned by root); the working directory is the user's: TorchServe",
@@ -111,7 +110,7 @@ def dockerfile(inputs: Inputs, deploy_rel: str) -> str:
 
 
 def dockerignore(inputs: Inputs, deploy_rel: str) -> str:
-    keep = ["requirements.txt", "requirements-nodeps.txt", "log4j2.xml", f"{deploy_rel}/image",
+    keep = ["requirements.txt", "log4j2.xml", f"{deploy_rel}/image",
             *(f"model_store/{p.name}" for p in inputs.archives.values())]
     return "\n".join(["# Only what the Dockerfile copies: the context is the repository (.venv, reports: GBs).",
                       "*", *(f"!{k}" for k in keep), ""])
