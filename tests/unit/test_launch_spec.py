@@ -3,10 +3,14 @@ and a batch delay TorchServe would misread refused."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from serving.errors import ConfigError
-from serving.launch_spec import StartCommand, absolute_log_config
+from serving.launch_spec import LaunchSpec, StartCommand, absolute_log_config
+from serving.launcher import TorchServe
 from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from serving.ts_config import ModelSettings, ServerConfig
 
@@ -48,4 +52,15 @@ def test_start_commands_are_the_ones_users_type(command, shell):
 
 def test_the_launchers_own_command_names_absolute_paths(tmp_path):
     args = StartCommand.LAUNCHER.args(tmp_path / "store", tmp_path / "config.properties")
-    assert args == ("--model-store", str(tmp_path / "store"), "--ts-config", str(tmp_path / "config.properties"), "--ncs")
+    assert args == ("--model-store", str(tmp_path / "store"),
+                    "--ts-config", str(tmp_path / "config.properties"), "--ncs")
+
+
+def test_the_serving_python_defaults_to_this_one_and_its_torchserve_sits_beside_it(tmp_path):
+    assert LaunchSpec(model_store=tmp_path).torchserve() == Path(sys.executable).parent / "torchserve"
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(sys.executable)  # as venv makes it
+    ts = TorchServe(tmp_path, python=venv_python)
+    # The link itself, not what it points at: the venv's packages are found through it.
+    assert ts.spec.python == venv_python and ts.spec.torchserve() == tmp_path / "venv" / "bin" / "torchserve"

@@ -11,18 +11,17 @@ Every third-party module a folder imports must come from a distribution pinned i
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import re
-import sys
+from collections.abc import Iterator
 from functools import cache
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 
 from serving.repo import CATALOGUE, REPO_ROOT
+from tests.import_scan import PROJECT, third_party_imports
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +37,6 @@ ROLES = {
     "deployment": DEV,
     "tests": DEV,
 }
-PROJECT = set(ROLES)
 # Imported but never installed: a package the test writes into its temp folder.
 NOT_INSTALLED = {"mine"}  # tests/e2e/test_own_model.py
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)$")
@@ -69,23 +67,6 @@ def role_pins(files: tuple[str, ...]) -> dict[str, str]:
     return {name: version for f in files for name, version in pins(f).items()}
 
 
-def top_level_imports(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, top-level module) of every import at any depth, and of importlib.import_module("x")."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            yield from ((node.lineno, alias.name.split(".")[0]) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.lineno, node.module.split(".")[0]
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "import_module" and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            yield node.lineno, node.args[0].value.split(".")[0]
-
-
-def third_party(module: str) -> bool:
-    return module not in sys.stdlib_module_names and module not in PROJECT and module != "__future__"
-
-
 def unpinned(where: str, modules: list[tuple[str, str]], files: tuple[str, ...]) -> list[str]:
     """`where: module (distribution)` for each module no distribution pinned in `files` provides."""
     allowed = set(role_pins(files))
@@ -100,12 +81,13 @@ def unpinned(where: str, modules: list[tuple[str, str]], files: tuple[str, ...])
     return sorted(set(out))
 
 
+def test_every_folder_of_the_project_has_a_role():
+    assert set(ROLES) == PROJECT
+
+
 @pytest.mark.parametrize("folder", sorted(ROLES))
 def test_every_import_is_pinned_in_the_folders_role(folder):
-    modules = [(f"{path.relative_to(REPO_ROOT)}:{line}", module)
-               for path in sorted((REPO_ROOT / folder).rglob("*.py"))
-               if "reports" not in path.relative_to(REPO_ROOT).parts
-               for line, module in top_level_imports(path) if third_party(module)]
+    modules = third_party_imports(folder)
     assert modules, f"no third-party import found in {folder}/"
     problems = unpinned(folder, modules, ROLES[folder])
     assert not problems, "\n".join(problems)
