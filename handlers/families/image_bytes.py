@@ -1,5 +1,5 @@
-"""Byte-level image builders for the image cases: encoded real photos (scikit-image's wheel ships
-them; imported only when a case is built), hand-made PNG chunks, patched JPEG headers."""
+"""Byte-level image builders for the image cases: photo-like pictures made here, hand-made PNG
+chunks, patched JPEG headers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import io
 import struct
 import zlib
 from functools import lru_cache
-from pathlib import Path
 from typing import Iterable
 
 import numpy as np
@@ -18,11 +17,19 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @lru_cache(maxsize=None)
 def photo(name: str = "coffee.png") -> Image.Image:
-    """A real colour photograph (RGB) from scikit-image's data."""
-    import skimage
-
-    data = Path(skimage.__file__).parent / "data" / name
-    return Image.open(io.BytesIO(data.read_bytes())).convert("RGB")
+    """A photo-like RGB picture, 640x480, seeded by `name`: smooth light, a few hard-edged shapes and
+    sensor noise, so JPEG and PNG compress it as they do photographs. What the cases take apart (its
+    bytes) does not depend on what it shows, and the handler package carries no photographs."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    y, x = np.mgrid[0:480, 0:640].astype(np.float32)
+    light = [128 + 100 * np.sin(x / rng.uniform(60, 200) + rng.uniform(0, 6)) * np.cos(y / rng.uniform(60, 200))
+             for _ in range(3)]
+    picture = np.stack(light, axis=-1)
+    for _ in range(6):
+        cx, cy, r = rng.uniform(0, 640), rng.uniform(0, 480), rng.uniform(20, 120)
+        picture[(x - cx) ** 2 + (y - cy) ** 2 < r * r] = rng.uniform(0, 255, 3)
+    picture += rng.normal(0, 6, picture.shape)
+    return Image.fromarray(np.clip(picture, 0, 255).astype(np.uint8), "RGB")
 
 
 def encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
