@@ -53,12 +53,16 @@ class Family:
         self.settings = settings
         self.channels_last = channels_last
 
-    def archive_keys(self) -> Mapping[str, Any]:
-        """Keys the family needs in its archives' model-config.yaml, beside `handler:` (frontend modes)."""
+    @classmethod
+    def archive_keys(cls, settings: Any) -> Mapping[str, Any]:
+        """Keys a model with these settings needs in its archive's model-config.yaml, beside
+        `handler:` (TorchServe's frontend modes)."""
         return {}
 
-    def handler_entry(self) -> str:
-        """The archive's handler file, relative to the staged content (a module with one handler class)."""
+    @classmethod
+    def handler_entry(cls, settings: Any) -> str:
+        """The archive's handler file, a path inside the handlers package's folder (a module with one
+        handler class): TorchServe imports it from the archive's root."""
         return "handlers/handler.py"
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -93,12 +93,14 @@ class CausalLM(Family):
         self.limits = Limits(settings.max_prompt_tokens, settings.max_new_tokens, settings.default_max_new_tokens,
                              max_prompt_chars=settings.max_body_bytes)
 
-    def archive_keys(self) -> dict:
+    @classmethod
+    def archive_keys(cls, settings: CausalLMSettings) -> dict:
         """Async: TorchServe forwards each request as it comes; step: it calls the handler once per step."""
-        return {"asyncCommunication": True} if self.settings.mode == "async" else {"continuousBatching": True}
+        return {"asyncCommunication": True} if settings.mode == "async" else {"continuousBatching": True}
 
-    def handler_entry(self) -> str:
-        return "handlers/async_handler.py" if self.settings.mode == "async" else super().handler_entry()
+    @classmethod
+    def handler_entry(cls, settings: CausalLMSettings) -> str:
+        return "handlers/async_handler.py" if settings.mode == "async" else super().handler_entry(settings)
 
     def encode(self, text: str) -> List[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

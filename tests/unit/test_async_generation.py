@@ -176,3 +176,22 @@ def test_the_build_writes_the_async_mode_into_the_archive(tmp_path):
     manifest = json.loads((folder / "MAR-INF" / "MANIFEST.json").read_text())
     assert config.get("asyncCommunication") is True and "continuousBatching" not in config
     assert manifest["model"]["handler"] == "async_handler.py"
+
+
+def test_a_copy_of_an_archive_switched_to_async_carries_what_the_build_would_write(tmp_path):
+    from benchmarks.bench.archive_settings import with_handler_settings
+
+    path = tiny_project(tmp_path)
+    step = build_entry(Catalogue.load(path), "tiny_lm", tmp_path, tmp_path / "store", progress=lambda _: None).archive
+    with_handler_settings(step, tmp_path / "async", "tiny_lm", {"causal_lm": {"mode": "async"}})
+    folder = extract(tmp_path / "async" / "tiny_lm.mar", tmp_path / "x")
+    config = yaml.safe_load((folder / "model-config.yaml").read_text())
+    manifest = json.loads((folder / "MAR-INF" / "MANIFEST.json").read_text())
+    assert config.get("asyncCommunication") is True and "continuousBatching" not in config
+    assert manifest["model"]["handler"] == "async_handler.py" and (folder / "async_handler.py").is_file()
+    with_handler_settings(tmp_path / "async" / "tiny_lm.mar", tmp_path / "back", "tiny_lm",
+                          {"causal_lm": {"mode": "step"}})
+    back = extract(tmp_path / "back" / "tiny_lm.mar", tmp_path / "y")
+    config = yaml.safe_load((back / "model-config.yaml").read_text())
+    assert config.get("continuousBatching") is True and "asyncCommunication" not in config
+    assert json.loads((back / "MAR-INF" / "MANIFEST.json").read_text())["model"]["handler"] == "handler.py"
