@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from benchmarks.bench.archive_settings import with_handler_settings
+from benchmarks.load import stats
 from benchmarks.load.loadgen import LoadResult, Payload, Target, closed_loop
 from benchmarks.load.stats import StabilityRule
 from serving.launcher import TorchServe
@@ -93,11 +94,13 @@ def sweep(target: Target, workload: Dict[str, List[Payload]], levels: Sequence[i
                 if offset >= len(workload[arm]):
                     raise SystemExit("error: the all-distinct workload ran out of inputs: raise --distinct")
             figures = result.figures()
+            latency = figures["latency_ms"]
             out[arm].append({"concurrency": level, "throughput_rps": round(figures["throughput_rps"], 1),
-                             "p99_ms": round(figures["latency_ms"]["p99_ms"], 2), "requests": figures["requests"],
+                             "p99_ms": round(latency["p99_ms"], 2), "p90_ms": round(latency["p90_ms"], 2),
+                             "samples": latency["count"], "requests": figures["requests"],
                              "errors": figures["errors"], "stable": figures["stable"]})
             log(f"  {arm}, concurrency {level}: {figures['throughput_rps']:.1f} req/s, "
-                f"p99 {figures['latency_ms']['p99_ms']:.1f} ms ({figures['requests']} requests)")
+                f"{stats.tail_text(latency)} ({figures['requests']} requests)")
     return out, offset
 
 
@@ -144,7 +147,15 @@ def cache_cost(model: str, bodies: Sequence[bytes], answer: bytes, max_mib: floa
 
 
 def capacity(points: List[dict], slo_ms: float) -> float:
-    return max((p["throughput_rps"] for p in points if p["p99_ms"] <= slo_ms and not p["errors"]), default=0.0)
+    """The highest throughput of a stable point within the SLO (an unstable one sets no capacity)."""
+    return max((p["throughput_rps"] for p in points if p["p99_ms"] <= slo_ms and not p["errors"]
+                and p.get("stable", True)), default=0.0)
+
+
+def _tail(point: dict) -> str:
+    """A sweep point's p99 as a table cell (stats.tail_cell; older reports hold no count)."""
+    return stats.tail_cell({"count": point.get("samples"), "p90_ms": point.get("p90_ms"),
+                            "p99_ms": point["p99_ms"]}, 2)
 
 
 def main(argv=None) -> int:
@@ -230,15 +241,16 @@ def markdown(report: dict) -> str:
     lines = [f"# Response cache: {report['model']} ({report['when']})", "", f"Command: `{report['command']}`", "",
              f"One TorchServe, {report['workers']} workers, batchSize {report['batch_size']}, the archive with "
              f"`response_cache.max_mib: {report['max_mib']}`; \"no cache\" sends `Cache-Control: no-cache`. "
-             f"Capacity: the highest closed-loop throughput with p99 <= {report['slo_ms']:g} ms.", ""]
+             f"Capacity: the highest closed-loop throughput of a stable point with p99 <= {report['slo_ms']:g} ms; "
+             f"a p99 over fewer than {stats.P99_MIN_SAMPLES:,} requests is shown as the p90 and the count.", ""]
     for workload, title in (("zipf", f"Zipf s={report['zipf_s']} over {report['universe']} inputs"),
                             ("distinct", "all-distinct inputs (never a hit)")):
         cap = report[f"{workload}_capacity_rps"]
         lines += [f"## {title}", "", "| concurrency | cache req/s | cache p99 ms | no cache req/s | no cache p99 ms |",
                   "|---|---|---|---|---|"]
         for on, off in zip(report[workload]["cache"], report[workload]["no_cache"]):
-            lines.append(f"| {on['concurrency']} | {on['throughput_rps']} | {on['p99_ms']} | {off['throughput_rps']} | "
-                         f"{off['p99_ms']} |")
+            lines.append(f"| {on['concurrency']} | {on['throughput_rps']} | {_tail(on)} | {off['throughput_rps']} | "
+                         f"{_tail(off)} |")
         lines += ["", f"Capacity at the SLO: cache {cap['cache']} req/s, no cache {cap['no_cache']} req/s: "
                       f"**{cap['ratio']}x**.", ""]
     pr = report["distinct_pair_ratio"]
