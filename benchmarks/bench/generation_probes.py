@@ -40,11 +40,16 @@ def throughput(server: TorchServe, model: str, clients: int, new_tokens: int, ro
     if failed:
         raise BenchmarkError(f"{len(failed)} generation request(s) failed: {failed[0].status} {failed[0].error}")
     tokens = sum(r.generated_tokens for r in done)
+    ttft, gaps = sorted(r.ttft_s for r in done), sorted(g for r in done for g in r.gaps_s)
+    # The p90s and counts beside the p99s: a report prints a thin p99 as its p90 (stats.tail_text).
     return {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
             "tokens_per_s": round(tokens / wall, 1),
-            "ttft_p50_ms": round(1000 * percentile(sorted(r.ttft_s for r in done), 50), 1),
-            "ttft_p99_ms": round(1000 * percentile(sorted(r.ttft_s for r in done), 99), 1),
-            "inter_chunk_p99_ms": round(1000 * percentile(sorted(g for r in done for g in r.gaps_s), 99), 2)}
+            "ttft_p50_ms": round(1000 * percentile(ttft, 50), 1),
+            "ttft_p90_ms": round(1000 * percentile(ttft, 90), 1),
+            "ttft_p99_ms": round(1000 * percentile(ttft, 99), 1),
+            "inter_chunk_p90_ms": round(1000 * percentile(gaps, 90), 2),
+            "inter_chunk_p99_ms": round(1000 * percentile(gaps, 99), 2),
+            "inter_chunk_count": len(gaps)}
 
 
 def probes(server: TorchServe, model: str, count: int) -> List[GenerationResult]:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
+from benchmarks.load import stats
 from benchmarks.load.runner import ServerRun, summary
 from benchmarks.load.resources import NOISY_OTHERS_PCT
 
@@ -58,6 +59,12 @@ def _pct(value: Optional[float]) -> str:
     return f"{value:.0%}" if value else "n/a"
 
 
+def _at(figures: Optional[dict], point: str) -> dict:
+    """A server summary's latency at its "peak" or "slo" point, as stats.tail_text reads it."""
+    f = figures or {}
+    return {"count": f.get(f"{point}_samples"), "p90_ms": f.get(f"{point}_p90_ms"), "p99_ms": f.get(f"{point}_p99_ms")}
+
+
 def sentences(s: dict) -> List[str]:
     """The verdict at the p99 target, then the peak comparison."""
     ours, stock, slo = s["ours"], s["stock"], s["slo_ms"]
@@ -72,11 +79,11 @@ def sentences(s: dict) -> List[str]:
         verdict += f", at {s['efficiency_at_slo']:.0%} of the in-process limit ({s['inprocess_items_per_s']:.1f} items/s)."
     else:
         verdict = f"Ours meets p99 <= {slo:g} ms at none of the measured open-loop rates."
-    peak = (f"At peak ours serves {_fmt(ours['peak_rps'])} req/s (p99 {_fmt(ours['peak_p99_ms'], 0)} ms, "
+    peak = (f"At peak ours serves {_fmt(ours['peak_rps'])} req/s ({stats.tail_text(_at(ours, 'peak'), 0)}, "
             f"{ours['peak_point']}), {_pct(s['efficiency_at_peak'])} of the in-process limit")
     if stock:
         peak += (f"; the stock baseline peaks at {_fmt(stock['peak_rps'])} req/s "
-                 f"(p99 {_fmt(stock['peak_p99_ms'], 0)} ms): {_x(s['speedup_at_peak'])}")
+                 f"({stats.tail_text(_at(stock, 'peak'), 0)}): {_x(s['speedup_at_peak'])}")
     compared = [f"Same settings and load, {label}: {_fmt(v['slo_rps'])} req/s at p99 <= {slo:g} ms (ours "
                 f"{_ratio(ours['slo_rps'], v['slo_rps']) or 0:.2f}x that), peak {_fmt(v['peak_rps'])} req/s."
                 for label, v in (s.get("variants") or {}).items()]
@@ -140,8 +147,8 @@ def markdown(report: dict) -> str:
     lines += ["## Summary", "", "| | ours | stock | in-process |", "|---|---|---|---|",
               f"| peak req/s | {_fmt(s['ours']['peak_rps'])} | {_fmt((s['stock'] or {}).get('peak_rps'))} "
               f"| {s['inprocess_items_per_s']:.1f} |",
-              f"| p99 at peak (ms) | {_fmt(s['ours']['peak_p99_ms'], 0)} | "
-              f"{_fmt((s['stock'] or {}).get('peak_p99_ms'), 0)} | |",
+              f"| p99 at peak (ms) | {stats.tail_cell(_at(s['ours'], 'peak'), 0)} | "
+              f"{stats.tail_cell(_at(s['stock'], 'peak'), 0) if s['stock'] else '-'} | |",
               f"| req/s at p99 <= {s['slo_ms']:g} ms (open loop) | {_fmt(s['ours']['slo_rps'])} | "
               f"{_fmt((s['stock'] or {}).get('slo_rps'))} | |",
               f"| speedup over stock (peak / at target) | {_x(s['speedup_at_peak'])} / {_x(s['speedup_at_slo'])} | | |",
@@ -156,22 +163,33 @@ def markdown(report: dict) -> str:
             r = csv_row(server, f)
             level = f"c={f['level']:g}" if f["mode"] == "closed" else f"{f['level']:g}/s"
             errors = f"{r['errors']} (+{r['unanswered']} cut)" if r["unanswered"] else str(r["errors"])
+            latency = f["latency_ms"]
             spread = [v for v in f.get("window_p99_ms", ()) if v is not None]
-            p99 = _fmt(r["p99_ms"], 0) + (f" ({min(spread):.0f}-{max(spread):.0f})" if len(spread) > 1 else "")
+            # Each window's own p99 only where each rests on enough answers (older reports: never).
+            thick = len(f.get("window_ok", ())) == len(spread) and all(
+                stats.supports(99.0, n) for n in f.get("window_ok", ()))
+            p99 = stats.tail_cell(latency, 0) + (
+                f" ({min(spread):.0f}-{max(spread):.0f})" if len(spread) > 1 and thick else "")
+            p999 = _fmt(r["p999_ms"], 0) if latency and stats.supports(99.9, latency["count"]) else "-"
             lines.append(
                 f"| {f['mode']} | {level} | {_fmt(r['offered_rps'])} | {_fmt(r['throughput_rps'])} | "
-                f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {p99} | {_fmt(r['p999_ms'], 0)} | "
+                f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {p99} | {p999} | "
                 f"{_fmt(r['max_ms'], 0)} | {errors} | {_fmt(r['queue_ms'])} | {_fmt(r['mean_batch_size'])} | "
                 f"{_fmt(r['handler_ms_per_batch'])} | {r['frontend_cpu_pct']:.0f}/{r['workers_cpu_pct']:.0f}/"
                 f"{r['generator_cpu_pct']:.0f}/{r['others_cpu_pct']:.0f} | {'yes' if f['stable'] else 'no'} |")
         lines.append("")
-    lines += ["Each point: the requests answered during its last stable-rule windows. Latencies in ms, from the "
-              "intended send time; p99 in brackets: the lowest and highest p99 of those windows taken alone "
-              "(the point's spread); offered = Poisson arrivals scheduled per second; err = failed answers "
+    lines += ["Each point: its last stable-rule windows; open loop, every request scheduled in them, answered "
+              "or not (one never answered counts the time it was waited for); closed loop, the requests answered "
+              "in them. Latencies in ms, from the intended send time; a p99 over fewer than "
+              f"{stats.P99_MIN_SAMPLES:,} requests is shown as the p90 and the count, a p99.9 over fewer than "
+              f"{10 * stats.P99_MIN_SAMPLES:,} not at all; p99 in brackets: the lowest and highest p99 of those "
+              f"windows taken alone (the point's spread), where each held {stats.P99_MIN_SAMPLES:,} answers; "
+              "offered = Poisson arrivals scheduled per second; err = failed answers "
               "(+ requests still unanswered when the point's drain time ran out); "
               "queue = TorchServe's queue time per request; "
               "batch = mean batch size formed; CPU in % of one core (frontend JVM / workers / load generator / "
-              "every other process on the machine).", ""]
+              "every other process on the machine); stable = the stability rule held (a point that is not "
+              "stable sets no capacity).", ""]
     if report["warnings"]:
         lines += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
     lines += ["## Plots", "", "![throughput vs p99](throughput_vs_p99.png)", "",

@@ -35,6 +35,7 @@ from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate
 from benchmarks.load.loadgen import Payload, Target, closed_loop, open_loop
 from benchmarks.load.runner import OpenPoint, open_window_s
+from benchmarks.load import stats
 from benchmarks.load.stats import StabilityRule
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, MODEL_STORE, REPORTS, shown
@@ -177,8 +178,9 @@ def arm_figures(search: RateSearch, slo_ms: float) -> dict:
     """The arm's points and capacity; a floor when the load generator fell behind above it."""
     points = [{"rate_rps": round(p.rate_rps, 1), "offered_rps": round(p.offered_rps, 1),
                "achieved_rps": round(p.achieved_rps, 1), "p99_ms": p.p99_ms and round(p.p99_ms, 2),
-               "requests": p.figures["requests"], "stable": p.figures["stable"], "passes": p.passes(slo_ms),
-               "warnings": p.figures["warnings"]} for p in sorted(search.points, key=lambda p: p.rate_rps)]
+               "latency_ms": p.figures["latency_ms"], "requests": p.figures["requests"],
+               "stable": p.figures["stable"], "passes": p.passes(slo_ms), "warnings": p.figures["warnings"]}
+              for p in sorted(search.points, key=lambda p: p.rate_rps)]
     best = search.best
     above = [p for p in points if not p["passes"] and (best is None or p["rate_rps"] > best.rate_rps)]
     floor = bool(above) and all(any(GENERATOR_LIMIT in w for w in p["warnings"]) for p in above)
@@ -343,7 +345,8 @@ def markdown(report: dict) -> str:
         lines += [f"## {title}", "", "| arm | offered req/s | achieved req/s | p99 ms | requests | stable | passes |",
                   "|---|---|---|---|---|---|---|"]
         for arm in ("cache", "no_cache"):
-            lines += [f"| {arm} | {p['offered_rps']} | {p['achieved_rps']} | {p['p99_ms']} | {p['requests']} | "
+            lines += [f"| {arm} | {p['offered_rps']} | {p['achieved_rps']} | {stats.tail_cell(p['latency_ms'])} | "
+                      f"{p['requests']} | "
                       f"{'yes' if p['stable'] else 'no'} | {'yes' if p['passes'] else 'no'} |"
                       for p in arms[arm]["points"]]
         ratio = report[f"{workload}_ratio"]

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional
 
+from benchmarks.load import stats
 from benchmarks.load.runner import LoadPlan, ServerRun, peak, run_server
 from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
@@ -81,11 +82,14 @@ def summarize(ours: ServerRun, ceiling: Mapping[int, ServerRun], inprocess_items
     rows = {}
     for size, run in ceiling.items():
         top, single = peak(run.points), one_client(run)
+        latency = (single or {}).get("latency_ms") or {}
         rows[str(size)] = {
             "peak_rps": top["throughput_rps"] if top else None,
             "peak_point": f"c={top['level']:g}" if top else None,
-            "one_client_p50_ms": single["latency_ms"]["p50_ms"] if single and single["latency_ms"] else None,
-            "one_client_p99_ms": single["latency_ms"]["p99_ms"] if single and single["latency_ms"] else None,
+            "one_client_p50_ms": latency.get("p50_ms"),
+            "one_client_p99_ms": latency.get("p99_ms"),
+            "one_client_p90_ms": latency.get("p90_ms"),
+            "one_client_samples": latency.get("count"),
             "breakdown": breakdown(single),
         }
     at_ours = rows.get(str(ours_batch_size), {}).get("peak_rps")
@@ -122,8 +126,10 @@ def markdown(section: dict, ours_batch_size: int, inprocess_items_per_s: float) 
              "| no-op handler | peak req/s | at | p50 one client (ms) | p99 one client (ms) |", "|---|---|---|---|---|"]
     for size, row in rows.items():
         tag = " (ours)" if int(size) == ours_batch_size else ""
+        one = {"count": row.get("one_client_samples"), "p90_ms": row.get("one_client_p90_ms"),
+               "p99_ms": row["one_client_p99_ms"]}
         lines.append(f"| batch {size}{tag} | {row['peak_rps']:.1f} | {row['peak_point']} | "
-                     f"{_ms(row['one_client_p50_ms'])} | {_ms(row['one_client_p99_ms'])} |"
+                     f"{_ms(row['one_client_p50_ms'])} | {stats.tail_cell(one, 2)} |"
                      if row["peak_rps"] else f"| batch {size}{tag} | - | - | - | - |")
     combined = section["combined_limit_rps"]
     lines += ["", f"In-process limit {inprocess_items_per_s:.1f} items/s; with the served path's own cost at our "

@@ -3,7 +3,8 @@
 - p50 at one closed-loop client <= the handler's in-process batch-1 time + P50_ALLOWANCE_MS: what
   the frontend, the worker round trip and the batching wait may add to a request on an idle server;
 - at LOW_LOAD of the capacity (open loop), p99 <= TAIL_RATIO x the one-client p99: no tail floor at
-  low load (idle wake-ups, timers, the batching wait);
+  low load (idle wake-ups, timers, the batching wait); the p90s, named so, where either p99 would
+  rest on fewer than stats.P99_MIN_SAMPLES requests;
 - capacity within the p99 target >= INPROCESS_SHARE of the in-process limit, or, where the served
   path's own cost makes that impossible, >= COMBINED_SHARE of the limit the no-op ceiling leaves
   (1 / (1/in-process + 1/ceiling)): the bound is the smaller of the two.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from benchmarks.bench.served_path import one_client
+from benchmarks.load import stats
 from benchmarks.load.runner import ServerRun
 
 P50_ALLOWANCE_MS = 4.0
@@ -36,14 +38,18 @@ def check(ours: ServerRun, summary: dict, inprocess: dict, path: Optional[dict])
                  if batch1 else "p50 at one client (no in-process batch-1 time)",
                  latency.get("p50_ms"), batch1 + P50_ALLOWANCE_MS if batch1 else None, "ms")]
     capacity = summary["ours"]["slo_rps"]
-    one_p99 = latency.get("p99_ms")
     low = [f for f in (p.figures for p in ours.points)
            if f["mode"] == "open" and f["latency_ms"] and capacity
            and LOW_LOAD[0] <= f["throughput_rps"] / capacity <= LOW_LOAD[1]]
     for f in low:
-        rows.append(_row(f"p99 at {f['throughput_rps']:.0f} req/s ({f['throughput_rps'] / capacity:.0%} of capacity) "
-                         f"<= {TAIL_RATIO:g} x one-client p99", f["latency_ms"]["p99_ms"],
-                         TAIL_RATIO * one_p99 if one_p99 else None, "ms"))
+        counts = (f["latency_ms"].get("count"), latency.get("count"))
+        tail = stats.tail_name(*counts)
+        one = latency.get(f"{tail}_ms")
+        thin = "" if tail == "p99" else f" (n={counts[0]} / {counts[1]}: too few for a p99)"
+        share = f"{f['throughput_rps'] / capacity:.0%}"
+        rows.append(_row(f"{tail} at {f['throughput_rps']:.0f} req/s ({share} of capacity) "
+                         f"<= {TAIL_RATIO:g} x one-client {tail}{thin}", f["latency_ms"][f"{tail}_ms"],
+                         TAIL_RATIO * one if one else None, "ms"))
     if not low:
         rows.append(_row(f"p99 at {LOW_LOAD[0]:.0%}-{LOW_LOAD[1]:.0%} of capacity (no point there)", None, None, "ms"))
     limit = inprocess["items_per_s"]

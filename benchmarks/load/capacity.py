@@ -27,9 +27,12 @@ class RatePoint(Protocol):
     offered_rps: float
     achieved_rps: float
     p99_ms: Optional[float]
+    stable: bool  # benchmarks.load.stats.StabilityRule held
 
     def passes(self, slo_ms: float) -> bool:
-        """Within the p99 target, every request answered, the offered rate kept up with."""
+        """Stable, within the p99 target, every request answered, the offered rate kept up with.
+        Never true of an unstable point: its windows disagree, so its p99 is no figure of the rate
+        and it sets no capacity (it is still reported, marked unstable)."""
 
 
 def kept_up(achieved_rps: float, offered_rps: float) -> bool:
@@ -62,7 +65,7 @@ def find_max_rate(probe: Callable[[float], RatePoint], start_rps: float, slo_ms:
 
     def note(point: RatePoint) -> None:
         nonlocal low, high
-        if point.passes(slo_ms):
+        if point.stable and point.passes(slo_ms):
             if low is None or point.rate_rps > low.rate_rps:
                 low = point
         elif high is None or point.rate_rps < high:
@@ -71,7 +74,8 @@ def find_max_rate(probe: Callable[[float], RatePoint], start_rps: float, slo_ms:
     for point in known:
         note(point)
     if low is not None and high is not None and high < low.rate_rps:
-        high = min((p.rate_rps for p in known if not p.passes(slo_ms) and p.rate_rps > low.rate_rps), default=None)
+        high = min((p.rate_rps for p in known if not (p.stable and p.passes(slo_ms)) and p.rate_rps > low.rate_rps),
+                   default=None)
     rate = max(start_rps, settings.min_rps)
     step = settings.step  # grows while the rate keeps moving the same way: far-off starts cost few points
     while len(points) < settings.max_points:

@@ -130,34 +130,48 @@ class LoadResult:
         first, last = self.reported_edges
         return first[0], last[0]
 
-    def figures(self) -> dict:
-        """The point's client-side figures over its reported windows: the requests answered in
-        them (latency from the intended send time), and for the open loop the offered rate."""
+    @property
+    def window_s(self) -> float:
+        """One window's length (every window of a point has the same)."""
+        last = self.windows[-1]
+        return last.end - last.start
+
+    def selection(self) -> stats.Selection:
+        """The requests the point's latency figures are over (stats.select: for the open loop those
+        scheduled in the reported windows, answered or not)."""
         start, end = self.interval
-        inside = [s for s in self.samples if start <= s.done < end]  # answered in the interval
+        return stats.select(self.samples, self.mode, start, end, self.window_s)
+
+    def figures(self) -> dict:
+        """The point's client-side figures over its reported windows (latency from the intended send
+        time, over `selection()`), and for the open loop the offered rate."""
+        start, end = self.interval
+        chosen = self.selection()
         offered, unanswered, carried_in = None, 0, 0
         if self.mode == "open":
             rates = stats.open_loop_rates(self.samples, start, end)
             offered, unanswered, carried_in = rates.offered_rps, rates.unanswered, rates.carried_in
-        latency = stats.summarize(s.latency for s in inside if s.ok)
+        latency = stats.summarize(chosen.latencies_s)
+        reported = self.windows[len(self.windows) - self.rule.last:]
         return {
             "mode": self.mode,
             "level": self.level,
             "seconds": end - start,
             "windows": len(self.windows),
-            # The spread of the point: each reported window's own p99.
-            "window_p99_ms": [w.p99_ms for w in self.windows[len(self.windows) - self.rule.last:]],
+            # The spread of the point: each reported window's own p99, and how many answers each had.
+            "window_p99_ms": [w.p99_ms for w in reported],
+            "window_ok": [w.ok for w in reported],
             "stable": self.stable,
-            "requests": len(inside),
-            "ok": sum(1 for s in inside if s.ok),
-            "errors": stats.errors_by_status(inside),
+            "requests": len(chosen.requests),
+            "ok": sum(1 for s in chosen.requests if s.ok),
+            "errors": chosen.errors,
             "throughput_rps": stats.throughput(self.samples, start, end),
             "nominal_rps": self.level if self.mode == "open" else None,
             "offered_rps": offered,
             "unanswered": unanswered,
             "carried_in": carried_in,
             "latency_ms": None if latency is None else asdict(latency),
-            "late_fraction": stats.late_fraction(inside, LATE_S) if self.mode == "open" else 0.0,
+            "late_fraction": stats.late_fraction(chosen.requests, LATE_S) if self.mode == "open" else 0.0,
             "connections": self.connections,
             "warnings": list(self.warnings()),
         }
@@ -166,8 +180,7 @@ class LoadResult:
         if self.mode != "open":
             return () if self.stable else (f"not stable after {len(self.windows)} windows",)
         out = [] if self.stable else [f"not stable after {len(self.windows)} windows"]
-        start, end = self.interval
-        late = stats.late_fraction([s for s in self.samples if start <= s.done < end], LATE_S)
+        late = stats.late_fraction(self.selection().requests, LATE_S)
         if self.dispatch_lag_p99_ms is not None and self.dispatch_lag_p99_ms > LATE_S * 1000:
             out.append(f"the generator could not keep up: its p99 dispatch lag was "
                        f"{self.dispatch_lag_p99_ms:.1f} ms (latencies include it)")
@@ -192,9 +205,8 @@ def _drive(rule: StabilityRule, window_s: float, samples: List[Sample], probe: P
         edges.append((end, probe()))
         windows.append(current)
         tag = "warm-up" if len(windows) <= rule.warmup else f"window {len(windows) - rule.warmup}"
-        p99 = "-" if current.p99_ms is None else f"{current.p99_ms:.0f} ms"
         bad = current.completed - current.ok
-        progress(f"    {label} {tag}: {current.throughput_rps:.1f} req/s, p99 {p99}"
+        progress(f"    {label} {tag}: {current.throughput_rps:.1f} req/s, {stats.tail_text(current.latency, 0)}"
                  + (f", {bad} errors" if bad else ""))
         failing = failing + 1 if current.completed and not current.ok else 0
         if failing >= 2:

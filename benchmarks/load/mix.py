@@ -104,14 +104,14 @@ def model_figures(result: LoadResult, model: str) -> dict:
     start, end = result.interval
     own = [s for s in result.samples if s.tag == model]
     rates = stats.open_loop_rates(own, start, end)
-    scheduled = [s for s in own if start <= s.intended < end]
-    latency = stats.summarize(s.latency for s in scheduled if s.ok)
+    chosen = stats.select(own, result.mode, start, end, result.window_s)  # as the whole point's figures
+    latency = stats.summarize(chosen.latencies_s)
     return {
         "offered_rps": rates.offered_rps,
         "achieved_rps": rates.achieved_rps,
         "requests": rates.scheduled,
         "unanswered": rates.unanswered,
-        "errors": stats.errors_by_status(s for s in scheduled if not s.ok),
+        "errors": chosen.errors,
         "latency_ms": None if latency is None else asdict(latency),
     }
 
@@ -127,6 +127,7 @@ class MixPoint:
     slo_ms: Mapping[str, float]
     seconds: float
     warnings: Tuple[str, ...] = ()
+    stable: bool = True  # an unstable point never passes: it sets no capacity
 
     @classmethod
     def of(cls, result: LoadResult, mix: Mix) -> "MixPoint":
@@ -134,7 +135,7 @@ class MixPoint:
         return cls(float(result.level), float(figures["offered_rps"] or result.level),
                    float(figures["throughput_rps"]),
                    MappingProxyType({m: model_figures(result, m) for m in mix.names}), mix.slo_ms,
-                   float(figures["seconds"]), tuple(figures["warnings"]))
+                   float(figures["seconds"]), tuple(figures["warnings"]), bool(figures["stable"]))
 
     def model_p99_ms(self, model: str) -> Optional[float]:
         latency = self.models[model]["latency_ms"]
@@ -154,20 +155,22 @@ class MixPoint:
                 and kept_up(f["achieved_rps"], f["offered_rps"]))
 
     def passes(self, slo_ms: float = NORMALISED_SLO) -> bool:
-        return all(self.model_passes(m) for m in self.models) and kept_up(self.achieved_rps, self.offered_rps)
+        return (self.stable and all(self.model_passes(m) for m in self.models)
+                and kept_up(self.achieved_rps, self.offered_rps))
 
     def describe(self) -> str:
         parts = []
         for m in self.models:
-            p99 = self.model_p99_ms(m)
             mark = "" if self.model_passes(m) else " FAIL"
-            parts.append(f"{m} {self.models[m]['achieved_rps']:.1f} req/s p99 "
-                         f"{'-' if p99 is None else f'{p99:.0f}'}/{self.slo_ms[m]:g} ms{mark}")
-        return f"{self.achieved_rps:.1f} of {self.offered_rps:.1f} req/s: " + "; ".join(parts)
+            parts.append(f"{m} {self.models[m]['achieved_rps']:.1f} req/s "
+                         f"{stats.tail_text(self.models[m]['latency_ms'], 0)} (target p99 {self.slo_ms[m]:g} ms){mark}")
+        return (f"{self.achieved_rps:.1f} of {self.offered_rps:.1f} req/s: " + "; ".join(parts)
+                + ("" if self.stable else " (unstable: sets no capacity)"))
 
     def to_json(self) -> dict:
         return {"rate_rps": self.rate_rps, "offered_rps": self.offered_rps, "achieved_rps": self.achieved_rps,
-                "passes": self.passes(), "seconds": self.seconds, "warnings": list(self.warnings),
+                "passes": self.passes(), "stable": self.stable, "seconds": self.seconds,
+                "warnings": list(self.warnings),
                 "models": {m: dict(f) for m, f in self.models.items()}}
 
 

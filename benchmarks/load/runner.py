@@ -88,12 +88,17 @@ class OpenPoint:
     def p99_ms(self) -> Optional[float]:
         return (self.figures["latency_ms"] or {}).get("p99_ms")
 
+    @property
+    def stable(self) -> bool:
+        return bool(self.figures.get("stable", True))
+
     def passes(self, slo_ms: float) -> bool:
         """Open loop (closed-loop clients wait for answers before sending, so their p99 hides the
-        queueing a latency target is about), every request answered, within the target, kept up."""
+        queueing a latency target is about), stable (an unstable point sets no capacity), every
+        request answered, within the target, kept up."""
         f = self.figures
-        return (f["mode"] == "open" and self.p99_ms is not None and not f["errors"] and not f["unanswered"]
-                and self.p99_ms <= slo_ms and kept_up(self.achieved_rps, self.offered_rps))
+        return (f["mode"] == "open" and self.stable and self.p99_ms is not None and not f["errors"]
+                and not f["unanswered"] and self.p99_ms <= slo_ms and kept_up(self.achieved_rps, self.offered_rps))
 
 
 @dataclass(frozen=True)
@@ -140,9 +145,7 @@ def point(result: LoadResult, model: str, remeasured: bool = False) -> Point:
     (_, (scrape_a, usage_a)), (_, (scrape_b, usage_b)) = result.reported_edges
     figures["server"] = server_metrics.breakdown(scrape_a, scrape_b, model).to_json()
     figures["resources"] = {name: u.to_json() for name, u in resources.usage(usage_a, usage_b).items()}
-    start, end = result.interval
-    key = (lambda s: s.intended) if result.mode == "open" else (lambda s: s.done)
-    latencies = tuple(sorted(s.latency * 1000.0 for s in result.samples if s.ok and start <= key(s) < end))
+    latencies = tuple(sorted(v * 1000.0 for v in result.selection().latencies_s))  # the figures' own requests
     return Point(figures, latencies)
 
 
@@ -234,11 +237,17 @@ def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
 
 def summary(run: ServerRun, slo_ms: float) -> Dict[str, Optional[float]]:
     top, fit = peak(run.points), best_within(run.points, slo_ms)
+    top_latency = (top or {}).get("latency_ms") or {}
+    fit_latency = (fit or {}).get("latency_ms") or {}
     return {
         "peak_rps": top["throughput_rps"] if top else None,
-        "peak_p99_ms": top["latency_ms"]["p99_ms"] if top and top["latency_ms"] else None,
+        "peak_p99_ms": top_latency.get("p99_ms"),
+        "peak_p90_ms": top_latency.get("p90_ms"),
+        "peak_samples": top_latency.get("count"),  # a report prints a thin p99 as its p90 (stats.tail_text)
         "peak_point": f"{top['mode']} {top['level']:g}" if top else None,
         "slo_rps": fit["throughput_rps"] if fit else 0.0,
-        "slo_p99_ms": fit["latency_ms"]["p99_ms"] if fit else None,
+        "slo_p99_ms": fit_latency.get("p99_ms"),
+        "slo_p90_ms": fit_latency.get("p90_ms"),
+        "slo_samples": fit_latency.get("count"),
         "slo_point": f"{fit['mode']} {fit['level']:g}" if fit else None,
     }

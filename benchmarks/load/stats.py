@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 NO_RESPONSE = 0  # status of a request that got no HTTP answer (connection error or client timeout)
+# A p99 printed in a report rests on at least this many samples: then ten of them lie beyond it,
+# and one stray pause moves it by a tenth of the tail instead of being the tail. Below it a
+# report prints the p90 and the sample count instead (`tail_text`).
+P99_MIN_SAMPLES = 1000
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,65 @@ class LatencySummary:
     p999_ms: float
     max_ms: float
 
+    def tail(self, digits: int = 1, unit: str = " ms") -> str:
+        """The p99 as a report prints it (`tail_text`)."""
+        return tail_text(self, digits, unit)
+
+
+def supports(q: float, count: Optional[int]) -> bool:
+    """May a report print percentile q of `count` samples? Only with as many samples beyond it as a
+    p99 over P99_MIN_SAMPLES has (a p99.9 then needs ten times as many). None (not recorded): no."""
+    return count is not None and round(count * (100.0 - q), 6) >= P99_MIN_SAMPLES
+
+
+def tail_name(*counts: Optional[int]) -> str:
+    """"p99" when every sample set supports one, else "p90": the tail percentile a report compares.
+    A set whose size was not recorded (None) keeps its p99, as in tail_text."""
+    return "p99" if all(n is None or supports(99.0, n) for n in counts) else "p90"
+
+
+Latency = Union[LatencySummary, Mapping[str, Any], None]
+
+
+def tail_text(latency: Latency, digits: int = 1, unit: str = " ms", label: bool = True) -> str:
+    """The tail of a sample set as every report line prints it: "p99 12.3 ms" over at least
+    P99_MIN_SAMPLES samples, else "p90 12.3 ms (n=640)"; a set whose size was not recorded keeps its
+    p99 and says so. `latency`: a LatencySummary or its JSON (count, p90_ms, p99_ms). label False:
+    a p99 cell of a table (its header names the percentile and the unit): "12.3", or "p90 12.3 (n=640)"."""
+    count, p90, p99 = _tail_figures(latency)
+    if p99 is None:
+        return "-"
+    if count is None:
+        return f"{'p99 ' if label else ''}{p99:.{digits}f}{unit} (n not recorded)"
+    if supports(99.0, count):
+        return f"{'p99 ' if label else ''}{p99:.{digits}f}{unit}"
+    if p90 is None:
+        return f"- (n={count})"
+    return f"p90 {p90:.{digits}f}{unit} (n={count})"
+
+
+def tail_cell(latency: Latency, digits: int = 1) -> str:
+    """`tail_text` for a table's p99 column."""
+    return tail_text(latency, digits, unit="", label=False)
+
+
+def tail_ratio(over: Latency, under: Latency, digits: int = 2) -> str:
+    """One sample set's tail over another's: "p99: 1.05x" when both support a p99, else the p90s'
+    ratio with both counts, "p90 (n=200 / 200): 1.03x"."""
+    (n_over, p90_over, p99_over), (n_under, p90_under, p99_under) = _tail_figures(over), _tail_figures(under)
+    if tail_name(n_over, n_under) == "p99":
+        a, b, name = p99_over, p99_under, "p99"
+    else:
+        a, b, name = p90_over, p90_under, f"p90 (n={n_over} / {n_under})"
+    return f"{name}: {a / b:.{digits}f}x" if a is not None and b else f"{name}: -"
+
+
+def _tail_figures(latency: Latency) -> Tuple[Optional[int], Optional[float], Optional[float]]:
+    if latency is None:
+        return None, None, None
+    get = latency.get if isinstance(latency, Mapping) else lambda key: getattr(latency, key, None)
+    return get("count"), get("p90_ms"), get("p99_ms")
+
 
 def summarize(latencies_s: Iterable[float]) -> Optional[LatencySummary]:
     values = sorted(latencies_s)
@@ -85,6 +148,48 @@ def errors_by_status(samples: Iterable[Sample]) -> Dict[str, int]:
     return dict(sorted(out.items()))
 
 
+# -- which requests a point's figures are over --------------------------------------------------
+@dataclass(frozen=True)
+class Selection:
+    """The requests of one measured interval that its latency figures, its CDF and its errors count."""
+
+    requests: Tuple[Sample, ...]
+    latencies_s: Tuple[float, ...]  # answered ones' latencies, then the unanswered ones' waits
+    errors: Dict[str, int]  # answered with an error, or failed at once without an answer (errors_by_status)
+    unanswered: int  # in flight when the point ended and never answered: in latencies_s by their wait
+
+
+def unanswered_at(sample: Sample, end: float) -> bool:
+    """No answer, and no failure before the interval ended: in flight at its end, then cut after the
+    drain (or never sent). open_loop_rates counts these as unanswered; select counts their waits."""
+    return sample.status == NO_RESPONSE and sample.done >= end
+
+
+def select(samples: Iterable[Sample], mode: str, start: float, end: float, window_s: float) -> Selection:
+    """The one selection every latency figure of a point comes from (its summary, its CDF plot,
+    each model's share of a mix).
+
+    Open loop: every request *scheduled* in [start, end), answered or not. Taking those answered
+    in the interval instead would drop the ones still queued at its end, the slowest, and lower the
+    p99 exactly where a server falls behind. A successful request counts its latency from its
+    intended time; one never answered counts the time it was waited for, and at least `window_s`
+    (the load generator gives up on it only after a drain at least that long, or never sends it);
+    one answered with an error counts as an error, not a latency.
+    Closed loop: the requests answered in [start, end) (each client sends only after its last
+    answer, so nothing is left in flight to miss).
+    """
+    samples = list(samples)
+    if mode == "open":
+        chosen = [s for s in samples if start <= s.intended < end]
+        cut = [s for s in chosen if unanswered_at(s, end)]
+    else:
+        chosen = [s for s in samples if start <= s.done < end]
+        cut = []
+    latencies = [s.latency for s in chosen if s.ok] + [max(s.latency, window_s) for s in cut]
+    failed = [s for s in chosen if not s.ok and not (mode == "open" and unanswered_at(s, end))]
+    return Selection(tuple(chosen), tuple(latencies), errors_by_status(failed), len(cut))
+
+
 # -- windows and the stability rule -----------------------------------------------------------
 @dataclass(frozen=True)
 class Window:
@@ -96,6 +201,12 @@ class Window:
     ok: int
     throughput_rps: float
     p99_ms: Optional[float]
+    p90_ms: Optional[float] = None  # printed instead of a thin p99 (tail_text)
+
+    @property
+    def latency(self) -> dict:
+        """Its answers' tail as tail_text reads it."""
+        return {"count": self.ok, "p90_ms": self.p90_ms, "p99_ms": self.p99_ms}
 
 
 def window(samples: Iterable[Sample], start: float, end: float) -> Window:
@@ -105,7 +216,7 @@ def window(samples: Iterable[Sample], start: float, end: float) -> Window:
     if duration <= 0:
         raise ValueError(f"empty window [{start}, {end})")
     return Window(start, end, len(inside), len(good), len(good) / duration,
-                  percentile(good, 99.0) if good else None)
+                  percentile(good, 99.0) if good else None, percentile(good, 90.0) if good else None)
 
 
 def within(values: Sequence[Optional[float]], tolerance_pct: float) -> bool:
@@ -184,7 +295,7 @@ def open_loop_rates(samples: Iterable[Sample], start: float, end: float) -> Rate
     samples = list(samples)
     scheduled = [s for s in samples if start <= s.intended < end]
     good = [s for s in samples if s.ok and start <= s.done < end]
-    unanswered = sum(1 for s in scheduled if s.status == NO_RESPONSE and s.done >= end)
+    unanswered = sum(1 for s in scheduled if unanswered_at(s, end))
     carried_in = sum(1 for s in good if s.intended < start)
     return Rates(len(scheduled) / (end - start), len(good) / (end - start), len(scheduled), len(good), unanswered,
                  carried_in)

@@ -54,6 +54,12 @@ class OverloadResult:
     rss_peak: Mapping[str, int]
     healthy_after: Tuple[str, ...]  # problems found after the overload (empty: healthy)
     others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
+    accepted: Optional[stats.LatencySummary] = None  # the accepted requests' latencies (p99_ok_ms's)
+
+    @property
+    def accepted_tail(self) -> str:
+        """The accepted p99 as a report prints it (stats.tail_text)."""
+        return stats.tail_text(self.accepted or {"count": None, "p99_ms": self.p99_ok_ms}, 0)
 
     @property
     def rejected_503(self) -> int:
@@ -87,12 +93,11 @@ class OverloadResult:
         return not self.problems
 
     def summary(self) -> str:
-        p99 = "-" if self.p99_ok_ms is None else f"{self.p99_ok_ms:.0f} ms"
         rss = ", ".join(f"{g} {self.rss_before[g] / 2**20:.0f}->{self.rss_peak[g] / 2**20:.0f} MB" for g in RSS_BOUND_PCT)
         return (f"overload {self.model}: {self.offered_rps:.0f} req/s offered for {self.seconds:.0f} s "
                 f"({self.offered_rps / self.capacity_rps:.1f}x capacity {self.capacity_rps:.1f} req/s, "
                 f"job queue {self.job_queue_size}): {self.traffic.describe()}; {self.rejected_503} x 503; "
-                f"accepted p99 {p99} (bound {self.p99_bound_ms:.0f} ms); peak RSS {rss}; "
+                f"accepted {self.accepted_tail} (p99 bound {self.p99_bound_ms:.0f} ms); peak RSS {rss}; "
                 f"healthy after: {'yes' if not self.healthy_after else 'NO'}; other processes used "
                 f"{self.others_cpu_pct:.0f}% CPU meanwhile")
 
@@ -124,6 +129,7 @@ def overload(ts: TorchServe, model: str, capacity_rps: float, factor: float = 3.
         model, capacity_rps, rate, windows * window_s, job_queue_size, Traffic.of(run.samples),
         None if latency is None else latency.p99_ms, p99_bound_ms(job_queue_size, batch, capacity_rps),
         MappingProxyType(dict(rss_before)), MappingProxyType(peak), health_after(ts, model, pids, batch), others(),
+        latency,
     )
 
 

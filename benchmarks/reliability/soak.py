@@ -71,6 +71,7 @@ class SoakResult:
     traffic: Traffic
     p99_ms: Optional[float]  # over the whole run
     others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
+    latency: Optional[stats.LatencySummary] = None  # over the whole run (p99_ms's)
 
     def growth_pct(self, group: str) -> Optional[float]:
         """The RSS floor of the last third of the measured readings over that of the first third.
@@ -103,10 +104,10 @@ class SoakResult:
 
     def summary(self) -> str:
         growth = ", ".join(f"{g} {self.growth_text(g)}" for g in GROUPS)
-        p99 = "-" if self.p99_ms is None else f"{self.p99_ms:.0f} ms"
+        tail = stats.tail_text(self.latency or {"count": None, "p99_ms": self.p99_ms}, 0)
         return (f"soak {self.model}: {self.minutes:g} min at {self.rate_rps:.1f} req/s "
                 f"({self.rate_rps / self.capacity_rps:.0%} of {self.capacity_rps:.1f} req/s): "
-                f"{self.traffic.describe()}; p99 {p99}; RSS growth {growth}; other processes used "
+                f"{self.traffic.describe()}; {tail}; RSS growth {growth}; other processes used "
                 f"{self.others_cpu_pct:.0f}% CPU meanwhile")
 
     def growth_text(self, group: str) -> str:
@@ -117,6 +118,7 @@ class SoakResult:
         return {
             "model": self.model, "capacity_rps": self.capacity_rps, "rate_rps": self.rate_rps,
             "minutes": self.minutes, "warmup_points": self.warmup_points, "p99_ms": self.p99_ms,
+            "samples": None if self.latency is None else self.latency.count,
             "others_cpu_pct": self.others_cpu_pct,
             "traffic": {"sent": self.traffic.sent, "answered": self.traffic.answered, "ok": self.traffic.ok,
                         "lost": self.traffic.lost, "errors": dict(self.traffic.errors)},
@@ -156,7 +158,7 @@ def soak(ts: TorchServe, model: str, minutes: float, capacity_rps: float, fracti
     )
     latency = stats.summarize(s.latency for s in run.samples if s.ok)
     return SoakResult(model, capacity_rps, rate, windows * window_s / 60, points, warmup, Traffic.of(run.samples),
-                      None if latency is None else latency.p99_ms, others())
+                      None if latency is None else latency.p99_ms, others(), latency)
 
 
 def write_report(result: SoakResult, out_dir: Path) -> Path:

@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from benchmarks.load import stats
 from serving.repo import shown
 from benchmarks.tune.judge import HeadToHead
 from benchmarks.tune.options import TuneOptions
-from benchmarks.tune.results import CandidateResult, best_of
+from benchmarks.tune.results import CandidateResult, Point, best_of
 from benchmarks.tune.search import SearchResult
 from benchmarks.tune.service_model import ServiceModel
 from benchmarks.tune.verify import Verification
@@ -25,8 +26,8 @@ TARGET_SHARE_OF_BEST = 0.95
 TARGET_SHARE_OF_TIME = 0.15
 
 CSV_FIELDS = ("phase", "candidate", "workers", "threads", "batch_size", "max_batch_delay_ms", "rate_rps",
-              "offered_rps", "achieved_rps", "p50_ms", "p99_ms", "errors", "mean_batch", "passed", "seconds",
-              "overhead_s", "others_cpu_pct")
+              "offered_rps", "achieved_rps", "p50_ms", "p90_ms", "p99_ms", "samples", "errors", "mean_batch",
+              "stable", "passed", "seconds", "overhead_s", "others_cpu_pct")
 
 
 def grid_comparison(result: SearchResult, fit_s: float, grid: Sequence[CandidateResult],
@@ -69,7 +70,8 @@ def _row(label: str, r: Optional[CandidateResult], point=None) -> Optional[dict]
         return None
     point = point or r.best
     return {"label": label, **r.candidate.to_json(), "throughput_rps": point.achieved_rps if point else 0.0,
-            "p99_ms": point.p99_ms if point else None}
+            "p99_ms": point.p99_ms if point else None, "p90_ms": point.p90_ms if point else None,
+            "samples": point.samples if point else None}
 
 
 def _conditions(conditions: dict) -> dict:
@@ -110,7 +112,8 @@ def build(options: TuneOptions, fit: dict, service: ServiceModel, result: Search
         confirmed = verification.confirmed if verification is not None else None
         if confirmed is not None:
             verdict += (f" Capacity from the written file, measured with the benchmark's point: "
-                        f"{confirmed.achieved_rps:.1f} req/s at p99 {confirmed.p99_ms:.1f} ms (the recorded figure).")
+                        f"{confirmed.achieved_rps:.1f} req/s at {stats.tail_text(confirmed.latency)} (the recorded "
+                        "figure).")
     return {
         "model": options.model, "slo_ms": options.slo_ms, "started": "-".join(options.folder.name.split("-")[-2:]),
         "command": options.command, "options": {**options.record, "folder": shown(options.folder),
@@ -136,11 +139,10 @@ def build(options: TuneOptions, fit: dict, service: ServiceModel, result: Search
 
 def print_summary(report: dict, folder: Path) -> None:
     print(f"\n{report['model']} (SLO p99 <= {report['slo_ms']:g} ms)")
-    print(f"  {'configuration':<40}{'batch':>6}{'delay':>7}{'w x t':>7}{'req/s':>9}{'p99 ms':>9}")
+    print(f"  {'configuration':<40}{'batch':>6}{'delay':>7}{'w x t':>7}{'req/s':>9}  p99 ms")
     for row in report["before_after"]:
-        p99 = "-" if row["p99_ms"] is None else f"{row['p99_ms']:.1f}"
         print(f"  {row['label']:<40}{row['batch_size']:>6}{row['max_batch_delay_ms']:>7}"
-              f"{row['workers']:>4} x{row['threads']:>2}{row['throughput_rps']:>9.1f}{p99:>9}")
+              f"{row['workers']:>4} x{row['threads']:>2}{row['throughput_rps']:>9.1f}  {_tail(row)}")
     print(f"  {report['verdict']}")
     if report.get("grid_comparison"):
         print(f"  {report['grid_comparison']['sentence']}")
@@ -149,6 +151,15 @@ def print_summary(report: dict, folder: Path) -> None:
 
 def _f(value: Optional[float], digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _tail(point: Optional[dict], label: bool = False) -> str:
+    """A point's p99 as a table cell (label False) or in a sentence, by stats.tail_text's rule;
+    points measured before the sample count was recorded say so."""
+    if not point:
+        return "-"
+    latency = {"count": point.get("samples"), "p90_ms": point.get("p90_ms"), "p99_ms": point.get("p99_ms")}
+    return stats.tail_text(latency) if label else stats.tail_cell(latency)
 
 
 def _rows(report: dict) -> List[dict]:
@@ -170,8 +181,7 @@ def write_csv(path: Path, report: dict) -> None:
         writer.writeheader()
         for result in _rows(report):
             for p in result["points"]:
-                passed = (p["p99_ms"] is not None and p["p99_ms"] <= slo and p["errors"] == 0
-                          and p["achieved_rps"] >= 0.95 * p["offered_rps"])
+                passed = Point.from_json(p).passes(slo)
                 writer.writerow({"phase": result["phase"], "candidate": result["key"], **result["candidate"],
                                  **{k: p[k] for k in CSV_FIELDS if k in p}, "passed": passed})
         for p in (report.get("verification") or {}).get("points", []):
@@ -191,7 +201,7 @@ def _candidate_table(results: List[dict], chosen_key: Optional[str], with_predic
               f"{c['max_batch_delay_ms']} |"
         if with_prediction:
             row += f" {_f(pred.get('rate_rps'))} | {_f(r['start_rps'])} |"
-        row += (f" {_f(r['throughput_rps'])} | {_f(best.get('p99_ms'))} | {_f(best.get('mean_batch'), 2)} | "
+        row += (f" {_f(r['throughput_rps'])} | {_tail(best)} | {_f(best.get('mean_batch'), 2)} | "
                 f"{len(r['points'])} | {_f(r['seconds'], 0)} |")
         lines.append(row)
     return lines
@@ -205,12 +215,14 @@ def markdown(report: dict) -> str:
     before_after = report.get("before_after") or []
     if before_after:
         lines += ["## Before / after", "",
-                  f"Open loop (Poisson arrivals), the highest rate whose p99 stays within {slo:g} ms.", "",
+                  f"Open loop (Poisson arrivals), the highest rate whose p99 stays within {slo:g} ms at a stable "
+                  f"point (an unstable one sets no capacity). A p99 over fewer than {stats.P99_MIN_SAMPLES:,} requests "
+                  "is shown as the p90 and the count.", "",
                   "| configuration | batch | delay ms | workers x threads | req/s within SLO | p99 ms |",
                   "|---|---|---|---|---|---|"]
         for row in before_after:
             lines.append(f"| {row['label']} | {row['batch_size']} | {row['max_batch_delay_ms']} | "
-                         f"{row['workers']} x {row['threads']} | {_f(row['throughput_rps'])} | {_f(row['p99_ms'])} |")
+                         f"{row['workers']} x {row['threads']} | {_f(row['throughput_rps'])} | {_tail(row)} |")
         lines.append("")
     search = report.get("search") or []
     if search:
@@ -267,8 +279,9 @@ def markdown(report: dict) -> str:
                   + ", ".join(f"{k} {v}" for k, v in verification["described"].items())
                   + f"; worker threads {verification['worker_threads']}. Result: {verification['summary']}.", ""]
         for p in verification["points"]:
-            lines.append(f"- {p['rate_rps']:.1f} req/s offered: {p['achieved_rps']:.1f} served, p99 "
-                         f"{_f(p['p99_ms'])} ms, {p['errors']} errors")
+            lines.append(f"- {p['rate_rps']:.1f} req/s offered: {p['achieved_rps']:.1f} served, "
+                         f"{_tail(p, label=True)}, {p['errors']} errors"
+                         + ("" if p.get("stable", True) else ", unstable (sets no capacity)"))
         lines.append("")
     written = report.get("config_written")
     if written:

@@ -31,19 +31,32 @@ class Point:
     stable: bool = True
     warnings: Tuple[str, ...] = ()
     others_cpu_pct: Optional[float] = None  # CPU other processes used meanwhile (100 = one core)
+    # Recorded since reports print a thin p99 as its p90 and sample count (stats.tail_text): None
+    # in points measured before.
+    p90_ms: Optional[float] = None
+    samples: Optional[int] = None  # the requests the latency figures are over
+    remeasured_p99_ms: Tuple[Optional[float], ...] = ()  # near the SLO: every measurement's p99 (median_point)
 
     def passes(self, slo_ms: float) -> bool:
-        return (self.p99_ms is not None and self.p99_ms <= slo_ms and self.errors == 0
+        """Stable (an unstable point sets no capacity), within the SLO, no errors, kept up."""
+        return (self.stable and self.p99_ms is not None and self.p99_ms <= slo_ms and self.errors == 0
                 and kept_up(self.achieved_rps, self.offered_rps))
+
+    @property
+    def latency(self) -> dict:
+        """The latency figures as stats.tail_text reads them."""
+        return {"count": self.samples, "p90_ms": self.p90_ms, "p99_ms": self.p99_ms}
 
     def to_json(self) -> dict:
         out = dict(self.__dict__)
         out["warnings"] = list(self.warnings)
+        out["remeasured_p99_ms"] = list(self.remeasured_p99_ms)
         return out
 
     @classmethod
     def from_json(cls, raw: dict) -> "Point":
-        return cls(**{**raw, "warnings": tuple(raw.get("warnings", ()))})
+        return cls(**{**raw, "warnings": tuple(raw.get("warnings", ())),
+                      "remeasured_p99_ms": tuple(raw.get("remeasured_p99_ms", ()))})
 
 
 @dataclass(frozen=True)

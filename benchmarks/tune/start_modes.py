@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from benchmarks.load import loadgen, runner
+from benchmarks.load import loadgen, runner, stats
 from benchmarks.load.mix import Mix, MixPoint, mixed_payloads
 from benchmarks.load.stats import StabilityRule
 from benchmarks.load import resources
@@ -127,7 +127,7 @@ def markdown(content: dict) -> str:
         cells = []
         for m in content["rates"]:
             lat = models[m]["latency_ms"]
-            cells.append("-" if lat is None else f"{lat['p50_ms']:.0f} / {lat['p99_ms']:.0f}")
+            cells.append("-" if lat is None else f"{lat['p50_ms']:.0f} / {stats.tail_cell(lat, 0)}")
             cells.append(str(models[m]["requests"]))
         failed = sum(sum(f["errors"].values()) + f["unanswered"] for f in models.values())
         threads = ", ".join(f"{m} {'/'.join(map(str, t))}" for m, t in row["threads"].items())

@@ -267,42 +267,6 @@ def test_space_respects_the_cores():
     assert torchserve_defaults(2).settings().to_json()["maxBatchDelay"] == 100
 
 
-class _ScriptedMeasurer:
-    """A ServedMeasurer whose server and load are replaced by scripted p99s (no TorchServe)."""
-
-    @staticmethod
-    def make(p99s, slo_ms=50.0):
-        from pathlib import Path
-
-        from benchmarks.tune.measure import LoadSettings, ServedMeasurer, ServePlan
-
-        plan = ServePlan("m", Path("store"), Path("config.properties"), LoadSettings(window_s=2.0), slo_ms=slo_ms)
-        measurer = ServedMeasurer(plan, progress=quiet)
-        calls, script = [], list(p99s)
-
-        def fake_measure(candidate, rate, overhead, window_s=None):
-            calls.append(plan.load.window_at(rate, window_s))
-            return Point(candidate.key, rate, rate, rate, 10.0, script.pop(0), 0, seconds=8.0, overhead_s=overhead)
-
-        measurer._start = lambda candidate: 5.0
-        measurer._measure = fake_measure
-        return measurer, calls
-
-
-@pytest.mark.parametrize("p99s, windows, final", [
-    ((40.0,), [1], 40.0),  # passes: measured once
-    ((60.0, 45.0), [1, 2], 45.0),  # near miss: the longer point decides, also when it passes
-    ((60.0, 70.0), [1, 2], 70.0),  # ... and when it fails
-    ((120.0,), [1], 120.0),  # far over the SLO: not worth a second look
-])
-def test_near_misses_are_measured_again_longer(p99s, windows, final):
-    measurer, calls = _ScriptedMeasurer.make(p99s)
-    point = measurer.measure("search", Candidate(2, 1, 4, 2), 100.0)
-    # 2,000 arrivals over 3 windows at 100 req/s: 6.7 s windows (not the 2 s asked for); twice that.
-    assert calls == pytest.approx([n * 2000 / 300 for n in windows]) and point.p99_ms == final
-    assert point.seconds == 8.0 * len(windows) and point.overhead_s == 5.0
-
-
 def measured(candidate: Candidate, rps: float) -> CandidateResult:
     best = Point(candidate.key, rps, rps, rps, 10.0, 40.0, 0, seconds=1.0)
     return CandidateResult(candidate, "search", (best,), best, rps)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
+from benchmarks.load import stats
 from serving.ts_config import ModelSettings
 from benchmarks.tune.mix.measure import Capacity
 from serving.mix_record import MixRecord
@@ -39,8 +40,7 @@ def _per_model_rows(content: dict, key: str) -> list:
     slo = content["options"]["mix"]["slo_ms"]
     rows = []
     for name, figures in best["models"].items():
-        p99 = (figures["latency_ms"] or {}).get("p99_ms")
-        rows.append(f"| {name} | {figures['achieved_rps']:.1f} | {'-' if p99 is None else f'{p99:.1f}'} | "
+        rows.append(f"| {name} | {figures['achieved_rps']:.1f} | {stats.tail_cell(figures['latency_ms'])} | "
                     f"{slo[name]:g} |")
     return rows
 
