@@ -22,6 +22,7 @@ from typing import Dict, List
 
 from serving.fake_context import FakeContext
 from benchmarks.bench import generation_features as features
+from benchmarks.bench import generation_modes as modes
 from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.bench.inprocess import extracted_archive
 from benchmarks.load import stats
@@ -170,6 +171,7 @@ def markdown(report: dict) -> str:
         "![TTFT](ttft.png)",
         "![tokens/s](tokens.png)",
         "",
+        *modes.markdown(report),
         *features.markdown(report),
     ])
 
@@ -215,7 +217,11 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients (= the batch's sequences)")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens per request in the throughput runs")
     parser.add_argument("--rounds", type=int, default=6, help="requests per client in the throughput runs")
-    parser.add_argument("--probes", type=int, default=400,
+    parser.add_argument("--parts", type=lambda t: set(t.split(",")), default={"modes", "features"},
+                        help="what to run after the in-process and step-mode rows: modes (async against step, "
+                             "the async mode's workers), features (speculation, prefix cache, priorities); "
+                             "default both")
+    parser.add_argument("--probes", type=int, default=2000,
                         help="short requests per TTFT distribution (a report prints a p99 over fewer than "
                              "1,000 as the p90 and the count)")
     parser.add_argument("--long-tokens", type=int, default=256, help="tokens of the background generations")
@@ -231,7 +237,10 @@ def main(argv=None) -> int:
               "inprocess": inprocess(args.model, args.inprocess_tokens, args.repeats)}
     try:
         report["served"] = served(args.model, args)
-        report["further"] = features.served(args.model, args)
+        if "modes" in args.parts:
+            report["modes_compared"] = modes.compare(args.model, args, report["inprocess"]["batched_tokens_per_s"])
+        if "features" in args.parts:
+            report["further"] = features.served(args.model, args)
     except BenchmarkError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -17,14 +17,15 @@ from typing import Dict, List
 
 from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
+from benchmarks.bench.generation_modes import MODES as GENERATION_MODES
+from benchmarks.bench.generation_modes import settings_for
 from benchmarks.load import stats
 from benchmarks.load.generation import Generators, generate
 from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
 from serving.repo import MODEL_STORE
-from serving.ts_config import ModelSettings
 
-MODES = ("off", "draft", "lookup")
+SPECULATION = ("off", "draft", "lookup")
 PRIORITY_PROBES = 50  # per class and block
 
 
@@ -55,7 +56,7 @@ def inprocess_speculation(handler, model_dir: Path, new_tokens: int, repeats: in
     out = {}
     for label, prompt in (("plain", PROMPTS[0]), ("repeats its context", repeated_paragraph_prompt())):
         request = family.decode({"prompt": prompt, "max_new_tokens": new_tokens, "ignore_eos": True}, "")
-        rates: Dict[str, List[float]] = {mode: [] for mode in MODES}
+        rates: Dict[str, List[float]] = {mode: [] for mode in SPECULATION}
         last = {}
         for _ in range(repeats):
             for mode, engine in engines.items():
@@ -64,11 +65,11 @@ def inprocess_speculation(handler, model_dir: Path, new_tokens: int, repeats: in
                 rates[mode].append(new_tokens / (time.perf_counter() - started))
         off = statistics.median(rates["off"])
         out[label] = {"prompt_tokens": len(request.prompt_ids),
-                      **{f"{m}_tokens_per_s": [round(x, 1) for x in rates[m]] for m in MODES},
-                      **{f"{m}_speedup": round(statistics.median(rates[m]) / off, 2) for m in MODES[1:]},
+                      **{f"{m}_tokens_per_s": [round(x, 1) for x in rates[m]] for m in SPECULATION},
+                      **{f"{m}_speedup": round(statistics.median(rates[m]) / off, 2) for m in SPECULATION[1:]},
                       **{f"{m}_acceptance": round(last[m].draft.accepted / max(1, last[m].draft.proposed), 2)
-                         for m in MODES[1:]},
-                      "same_tokens": all(last[m].generated_ids == last["off"].generated_ids for m in MODES)}
+                         for m in SPECULATION[1:]},
+                      "same_tokens": all(last[m].generated_ids == last["off"].generated_ids for m in SPECULATION)}
         log(f"speculation in-process ({label}): draft {out[label]['draft_speedup']}x "
             f"(acceptance {out[label]['draft_acceptance']}), lookup {out[label]['lookup_speedup']}x, "
             f"same tokens {out[label]['same_tokens']}")
@@ -76,21 +77,23 @@ def inprocess_speculation(handler, model_dir: Path, new_tokens: int, repeats: in
 
 
 # ---- served -------------------------------------------------------------------------------------
-def served_speculation(model: str, tmp: Path, new_tokens: int) -> dict:
-    """Tokens/s at 1, 2 and 8 closed-loop clients for each speculation mode (batchSize 8)."""
+def served_speculation(model: str, tmp: Path, new_tokens: int, mode: str) -> dict:
+    """Tokens/s at 1, 2 and 8 closed-loop clients for each speculation setting (`mode`: how
+    TorchServe drives the engine)."""
     out = {}
-    for mode in MODES:
-        store = tmp / f"spec-{mode}"
-        with_settings(MODEL_STORE / f"{model}.mar", store, model, {"speculation": mode, "prefix_cache_mib": 0})
-        log(f"served speculation {mode}: TorchServe, batchSize 8, continuous batching")
-        with TorchServe(store, models={model: ModelSettings(batch_size=8, max_batch_delay_ms=1)}, load=(model,)) as server:
+    for speculation in SPECULATION:
+        store = tmp / f"spec-{speculation}"
+        with_settings(MODEL_STORE / f"{model}.mar", store, model,
+                      {"speculation": speculation, "prefix_cache_mib": 0, "mode": mode})
+        log(f"served speculation {speculation}: TorchServe, {mode} mode")
+        with TorchServe(store, models={model: settings_for(mode, 8)}, load=(model,)) as server:
             probes(server, model, 3)
-            out[mode] = {}
+            out[speculation] = {}
             for clients, rounds in ((1, 12), (2, 8), (8, 4)):
                 result = throughput(server, model, clients, new_tokens, rounds)
-                out[mode][str(clients)] = result["tokens_per_s"]
-                log(f"  {mode}, {clients} client(s): {result['tokens_per_s']} tokens/s")
-    out["ratios"] = {mode: {c: round(out[mode][c] / out["off"][c], 2) for c in out["off"]} for mode in MODES[1:]}
+                out[speculation][str(clients)] = result["tokens_per_s"]
+                log(f"  {speculation}, {clients} client(s): {result['tokens_per_s']} tokens/s")
+    out["ratios"] = {s: {c: round(out[s][c] / out["off"][c], 2) for c in out["off"]} for s in SPECULATION[1:]}
     return out
 
 
@@ -108,17 +111,18 @@ def shared_prefix_prompts(tokenizer, prefix_tokens: int, misses: int) -> tuple:
     return texts[0], texts[1:]
 
 
-def prefix_experiment(model: str, tmp: Path, count: int, prefix_tokens: int) -> dict:
+def prefix_experiment(model: str, tmp: Path, count: int, prefix_tokens: int, mode: str) -> dict:
     from tokenizers import Tokenizer
 
     with zipfile.ZipFile(MODEL_STORE / f"{model}.mar") as archive:
         tokenizer = Tokenizer.from_str(archive.read("tokenizer.json").decode())
     shared, others = shared_prefix_prompts(tokenizer, prefix_tokens, count)
     store = tmp / "prefix"
-    with_settings(MODEL_STORE / f"{model}.mar", store, model, {"speculation": "off", "prefix_cache_mib": 64})
+    with_settings(MODEL_STORE / f"{model}.mar", store, model,
+                  {"speculation": "off", "prefix_cache_mib": 64, "mode": mode})
     log(f"prefix cache: {count} hits and {count} misses, alternating, {prefix_tokens}-token prefixes")
     hits, misses = [], []
-    with TorchServe(store, models={model: ModelSettings(batch_size=8, max_batch_delay_ms=1)}, load=(model,)) as server:
+    with TorchServe(store, models={model: settings_for(mode, 8)}, load=(model,)) as server:
         probes(server, model, 3)
         body = {"prompt": shared, "max_new_tokens": 8}
         first = generate(server.client, model, body)  # a miss: the prefix is now cached
@@ -139,17 +143,19 @@ def prefix_experiment(model: str, tmp: Path, count: int, prefix_tokens: int) -> 
     return out
 
 
-def priority_experiment(model: str, tmp: Path, load_clients: int, max_running: int, long_tokens: int) -> dict:
+def priority_experiment(model: str, tmp: Path, load_clients: int, max_running: int, long_tokens: int,
+                        mode: str) -> dict:
     """High-priority short requests on an idle server and with `load_clients` low-priority long
     generations (more than max_running: some wait); low-priority short ones beside them."""
     store = tmp / "priority"
-    with_settings(MODEL_STORE / f"{model}.mar", store, model, {"max_running": max_running, "prefix_cache_mib": 0})
+    with_settings(MODEL_STORE / f"{model}.mar", store, model,
+                  {"max_running": max_running, "prefix_cache_mib": 0, "mode": mode})
     batch = 2 * load_clients  # the frontend hands over every request in flight: none waits in its FIFO queue
     high, low = {"X-Priority": "high"}, {"X-Priority": "low"}
     long_body = {"prompt": PROMPTS[1], "max_new_tokens": long_tokens, "ignore_eos": True}
     idle, busy, busy_low, background = [], [], [], []
     blocks = 4
-    with TorchServe(store, models={model: ModelSettings(batch_size=batch, max_batch_delay_ms=1)}, load=(model,)) as server:
+    with TorchServe(store, models={model: settings_for(mode, batch)}, load=(model,)) as server:
         probes(server, model, 3)
 
         def probe(headers, count):
@@ -190,12 +196,16 @@ def priority_experiment(model: str, tmp: Path, load_clients: int, max_running: i
 
 def served(model: str, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="genbench-stores-") as tmp:
-        return {"speculation": served_speculation(model, Path(tmp), args.spec_tokens),
-                "prefix": prefix_experiment(model, Path(tmp), args.prefix_probes, args.prefix_tokens),
-                "priority": priority_experiment(model, Path(tmp), args.low_clients, args.max_running, args.long_tokens)}
+        return {"mode": args.mode,
+                "speculation": served_speculation(model, Path(tmp), args.spec_tokens, args.mode),
+                "prefix": prefix_experiment(model, Path(tmp), args.prefix_probes, args.prefix_tokens, args.mode),
+                "priority": priority_experiment(model, Path(tmp), args.low_clients, args.max_running, args.long_tokens,
+                                                args.mode)}
 
 
 def add_arguments(parser) -> None:
+    parser.add_argument("--mode", choices=GENERATION_MODES, default="async",
+                        help="how TorchServe drives the engine in the speculation, prefix-cache and priority runs")
     parser.add_argument("--spec-tokens", type=int, default=128, help="tokens per request, served speculation")
     parser.add_argument("--prefix-probes", type=int, default=200,
                         help="hit / miss pairs (reports print a p99 over fewer than 1,000 as the p90 and n)")
@@ -206,6 +216,8 @@ def add_arguments(parser) -> None:
 
 # ---- report -------------------------------------------------------------------------------------
 def markdown(report: dict) -> List[str]:
+    if "further" not in report:
+        return []
     spec, sv = report["inprocess"]["speculation"], report["further"]
     served_spec, prefix, prio = sv["speculation"], sv["prefix"], sv["priority"]
     return [
@@ -225,7 +237,7 @@ def markdown(report: dict) -> List[str]:
         "",
         "| speculation | 1 client | 2 clients | 8 clients |",
         "|---|---|---|---|",
-        *[f"| {mode} | {served_spec[mode]['1']} | {served_spec[mode]['2']} | {served_spec[mode]['8']} |" for mode in MODES],
+        *[f"| {mode} | {served_spec[mode]['1']} | {served_spec[mode]['2']} | {served_spec[mode]['8']} |" for mode in SPECULATION],
         *[f"| {mode} / off | {r['1']}x | {r['2']}x | {r['8']}x |" for mode, r in served_spec["ratios"].items()],
         "",
         "The engine speculates only while the batch holds at most `speculate_max_batch` (2) sequences.",
@@ -262,6 +274,8 @@ def markdown(report: dict) -> List[str]:
 
 
 def plots(report: dict, folder: Path) -> None:
+    if "further" not in report:
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -271,7 +285,7 @@ def plots(report: dict, folder: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     spec = report["inprocess"]["speculation"]
     width = 0.25
-    for i, mode in enumerate(MODES):
+    for i, mode in enumerate(SPECULATION):
         axes[0].bar([j + i * width for j in range(len(spec))],
                     [statistics.median(v[f"{mode}_tokens_per_s"]) for v in spec.values()], width, label=mode)
         axes[1].bar([j + i * width for j in range(3)], [sv["speculation"][mode][c] for c in ("1", "2", "8")], width,
