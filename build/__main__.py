@@ -16,6 +16,7 @@ from build.catalogue import Catalogue
 from build.errors import BuildError
 from build.report import lines as report_lines
 from build.report import write as write_report
+from build.speed import SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,6 +27,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "model_store", help="model store folder")
     parser.add_argument("--model", action="append", help="build only this model (repeatable)")
     parser.add_argument("--force", action="store_true", help="rebuild even if the inputs are unchanged")
+    parser.add_argument("--speed-seconds", type=float, default=SECONDS,
+                        help="seconds each variant's report speed is timed per batch size (default %(default)s)")
     args = parser.parse_args(argv)
 
     try:
@@ -44,7 +47,7 @@ def main(argv=None) -> int:
         try:
             # Paths in a catalogue are relative to its folder (the repository's, for catalogue.yaml).
             result = build_entry(catalogue, name, args.catalogue.resolve().parent, args.out, force=args.force,
-                                 progress=lambda msg: print(msg, flush=True))
+                                 progress=lambda msg: print(msg, flush=True), speed_seconds=args.speed_seconds)
         except BuildError as err:
             print(f"  FAILED {name}: {err}", file=sys.stderr, flush=True)
             failed.append(name)

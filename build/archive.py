@@ -30,7 +30,7 @@ from build import export, gate
 from build.catalogue import Catalogue, ModelEntry
 from build.errors import ExportError
 from build.sources import TorchScriptFile
-from build.speed import inprocess_speed
+from build.speed import SECONDS, inprocess_speed
 from build.variants import Variant
 from handlers import runtime
 from handlers.settings import SERIALISED_GRAPHS
@@ -156,8 +156,9 @@ def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: P
 
 
 def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force: bool = False,
-                progress=print) -> BuildResult:
-    """Every variant of the entry whose inputs changed: exported, tried, gated, archived."""
+                progress=print, speed_seconds: float = SECONDS) -> BuildResult:
+    """Every variant of the entry whose inputs changed: exported, tried, gated, archived;
+    `speed_seconds`: how long each variant's speed is timed per batch size, for the build report."""
     started = time.perf_counter()
     entry = catalogue.entry(name)
     for variant in entry.variants:  # every variant's settings checked before anything is exported
@@ -181,7 +182,7 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
     if todo:
         judge = gate_judge(entry, root, progress)
         for variant in todo:
-            line = build_variant(entry, variant, root, store, extras, judge, progress)
+            line = build_variant(entry, variant, root, store, extras, judge, progress, speed_seconds)
             _write_state(store, variant.archive_name(name), digest, line)
             lines[variant.name] = line
     results = tuple(lines[v.name] for v in entry.variants)
@@ -221,7 +222,7 @@ class _Judge:
 
 
 def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, extras: dict, judge,
-                  progress) -> VariantResult:
+                  progress, speed_seconds: float = SECONDS) -> VariantResult:
     name, archive = entry.name, store / variant.archive_name(entry.name)
     section = export.handler_section(entry, variant)
     settings = export.parse_settings(entry, section)
@@ -243,7 +244,7 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
             verdict = judge(family, export.load_served(served, settings, family, root), settings)
             progress(f"  {name} {variant.name}: gate {verdict.summary}")
         speed = inprocess_speed(entry, family, lambda: export.load_served(served, settings, family, root), settings,
-                                root)
+                                root, speed_seconds)
         size = served.stat().st_size / 2**20
         if verdict is not None and not verdict.passed:
             if variant.default:

@@ -10,6 +10,8 @@ from serving.launch_spec import StartCommand, absolute_log_config
 from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from serving.ts_config import ModelSettings, ServerConfig
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_shipped_config_points_at_the_shipped_log4j2_file():
     vmargs = ServerConfig.load(DEFAULT_CONFIG).get("vmargs")

@@ -18,7 +18,7 @@ from serving.repo import REPORTS
 from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.pipeline import tune_model
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.archives
 
 RUN = "tune-minilm-20261121-131451"
 SAME = ("search", "chosen", "stop_reason", "fit", "calibrated_model", "first_predictions", "grid", "grid_comparison",
