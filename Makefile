@@ -1,4 +1,4 @@
-# make serve | make stop | make test | make test-unit | make test-e2e | make build | make tune | make venv | make clean
+# make serve | make stop | make test | make test-unit | make test-archives | make test-e2e | make build | make tune | make venv | make clean
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -9,14 +9,15 @@ TS     := $(VENV)/bin/torchserve
 STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 
-.PHONY: help venv java-check build build-serving serve stop test test-unit test-e2e bench bench-inprocess tune reliability deploy plan clean
+.PHONY: help venv java-check build build-serving serve stop test test-unit test-archives test-e2e bench bench-inprocess tune reliability deploy plan clean
 
 help:
 	@echo "make serve      build the archives config.properties loads, start TorchServe on 127.0.0.1:8080-8082,"
 	@echo "                print curl lines"
 	@echo "make stop       stop it"
-	@echo "make test       unit + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
-	@echo "make test-unit  tests/unit only;  make test-e2e  tests/e2e only"
+	@echo "make test       unit + archives + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
+	@echo "make test-unit  tests/unit only: tiny models made on the fly, no build"
+	@echo "make test-archives  tests/archives: handlers in-process on the built archives;  make test-e2e  tests/e2e only"
 	@echo "make build      model_store/*.mar from catalogue.yaml, every model and variant (incremental);"
 	@echo "                make build MODEL=<name>: that model's archives only"
 	@echo "make tune       search batchSize/maxBatchDelay/workers per model, write config.properties, verify"
@@ -95,8 +96,12 @@ endef
 test: build java-check
 	$(call pytest,)
 
-test-unit: build
+# tests/unit makes tiny models of every family in a temp folder: no archives, no build.
+test-unit: $(STAMP)
 	$(call pytest,tests/unit)
+
+test-archives: build
+	$(call pytest,tests/archives)
 
 test-e2e: build java-check
 	$(call pytest,tests/e2e)

@@ -19,6 +19,7 @@ from build.errors import BuildError
 from build.report import lines as report_lines
 from build.report import write as write_report
 from build.selection import Selection, check_examples, for_config
+from build.speed import SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +33,8 @@ def main(argv=None) -> int:
     only.add_argument("--for-config", type=Path, metavar="CONFIG",
                       help="build only the archives this config.properties' load_models names (make serve)")
     parser.add_argument("--force", action="store_true", help="rebuild even if the inputs are unchanged")
+    parser.add_argument("--speed-seconds", type=float, default=SECONDS,
+                        help="seconds each variant's report speed is timed per batch size (default %(default)s)")
     args = parser.parse_args(argv)
 
     try:
@@ -57,7 +60,8 @@ def main(argv=None) -> int:
         try:
             # Paths in a catalogue are relative to its folder (the repository's, for catalogue.yaml).
             result = build_entry(catalogue, name, args.catalogue.resolve().parent, args.out, force=args.force,
-                                 progress=lambda msg: print(msg, flush=True), only=asked)
+                                 progress=lambda msg: print(msg, flush=True), only=asked,
+                                 speed_seconds=args.speed_seconds)
         except BuildError as err:
             print(f"  FAILED {name}: {err}", file=sys.stderr, flush=True)
             failed.append(name)

@@ -31,7 +31,7 @@ from build.catalogue import Catalogue, ModelEntry
 from build.errors import CatalogueError, ExportError
 from build.held_out import separation
 from build.sources import TorchScriptFile
-from build.speed import inprocess_speed
+from build.speed import SECONDS, inprocess_speed
 from build.variants import Variant
 from handlers import runtime
 from handlers.settings import SERIALISED_GRAPHS
@@ -158,11 +158,12 @@ def package(entry: ModelEntry, stage: Path, content: Path, weights: Path, out: P
 
 
 def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force: bool = False,
-                progress=print, only: Optional[Iterable[str]] = None) -> BuildResult:
+                progress=print, only: Optional[Iterable[str]] = None, speed_seconds: float = SECONDS) -> BuildResult:
     """Every variant of the entry whose inputs changed: exported, tried, gated, archived.
 
     `only`: these variants alone (names; None: all of them). The others' archives and recorded
     state are not touched, so a later full build still finds them up to date when they are.
+    `speed_seconds`: how long each variant's speed is timed per batch size, for the build report.
     """
     started = time.perf_counter()
     entry = catalogue.entry(name)
@@ -188,7 +189,7 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
     if todo:
         judge = gate_judge(entry, root, progress)
         for variant in todo:
-            line = build_variant(entry, variant, root, store, extras, judge, progress)
+            line = build_variant(entry, variant, root, store, extras, judge, progress, speed_seconds)
             _write_state(store, variant.archive_name(name), digest, line)
             lines[variant.name] = line
     results = tuple(lines[v.name] for v in asked)
@@ -245,7 +246,7 @@ class _Judge:
 
 
 def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, extras: dict, judge,
-                  progress) -> VariantResult:
+                  progress, speed_seconds: float = SECONDS) -> VariantResult:
     name, archive = entry.name, store / variant.archive_name(entry.name)
     section = export.handler_section(entry, variant)
     settings = export.parse_settings(entry, section)
@@ -271,7 +272,7 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
                 "the source is a TorchScript file, served as it is: there is no eager model to compare it with"
                 if judge is None else "no examples and no gate.held_out to compare outputs on"))
         speed = inprocess_speed(entry, family, lambda: export.load_served(served, settings, family, root), settings,
-                                root)
+                                root, speed_seconds)
         size = served.stat().st_size / 2**20
         if verdict is not None and not verdict.passed:
             if variant.default:

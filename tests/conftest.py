@@ -1,4 +1,5 @@
-"""Fixtures shared by tests/unit and tests/e2e: the repo, the real photos, the built archives."""
+"""Fixtures shared by every tier: the repo, the real photos, the built archives (model_store is
+built here when a test asks for it: tests/archives and tests/e2e, never tests/unit)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ def cat_png() -> Path:
 def coffee_png() -> Path:
     """skimage's coffee.png: a cup of espresso (ImageNet 967)."""
     return _skimage_photo("coffee.png")
+
+
+@pytest.fixture(scope="session")
+def photos(cat_png, coffee_png):
+    """The two photos' bytes: {"cat": ..., "coffee": ...}."""
+    return {"cat": cat_png.read_bytes(), "coffee": coffee_png.read_bytes()}
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,9 @@ SENTENCES = ("A man is eating food.", "The new movie is awesome.", "A cat sleeps
              "A class definition defines a class object, and its suite is executed.",
              "Exceptions are raised when an error is detected during execution.")
 LABELS = ("cat", "dog", "bird", "fish")
+TENSOR_LABELS = ("low", "middle", "high")
+TEXT_WIDTH = 16  # the tiny BERT's hidden size: its embeddings' length
+LM_POSITIONS = 128  # room for the longest prompt plus the most new tokens a request may ask for
 
 MODELS_PY = '''
 import torch
@@ -100,7 +103,7 @@ def _bert(folder: Path) -> None:
     folder.mkdir(parents=True)
     _wordpiece(folder)
     vocab = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
-    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    config = BertConfig(vocab_size=len(vocab), hidden_size=TEXT_WIDTH, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=64, pad_token_id=vocab["[PAD]"])
     BertModel(config).save_pretrained(str(folder), safe_serialization=True)
 
@@ -110,8 +113,10 @@ def _gpt2(folder: Path) -> None:
 
     folder.mkdir(parents=True)
     vocab = _byte_bpe(folder)
-    config = GPT2Config(vocab_size=vocab, n_positions=96, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
-                        eos_token_id=0)
+    # Weights far larger than GPT-2's 0.02 initialisation: then the context, not just the last token,
+    # decides the next one, so a batching or masking fault changes the text instead of going unseen.
+    config = GPT2Config(vocab_size=vocab, n_positions=LM_POSITIONS, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
+                        eos_token_id=0, initializer_range=0.5)
     GPT2LMHeadModel(config).save_pretrained(str(folder), safe_serialization=True)
 
 
@@ -174,7 +179,7 @@ def catalogue_entries() -> dict:
             "version": "1.0", "family": "causal_lm",
             "model": {"huggingface": {"path": "tiny_gpt2"}},
             "settings": {"runtime": runtime,
-                         "causal_lm": {"max_prompt_tokens": 48, "max_new_tokens": 16, "default_max_new_tokens": 4}},
+                         "causal_lm": {"max_prompt_tokens": 64, "max_new_tokens": 64, "default_max_new_tokens": 8}},
             "examples": [{"json": {"prompt": "The for statement", "max_new_tokens": 4}}],
             "slo_ms": 100,
         },
@@ -194,7 +199,7 @@ def tiny_project(root: Path) -> Path:
     _save_state(namespace["TinyMLP"](), root / "tiny_mlp.pt")
     _save_state(namespace["TinyForecaster"](), root / "tiny_forecast.pt")
     (root / "labels.json").write_text(json.dumps(list(LABELS)))
-    (root / "tensor_labels.json").write_text(json.dumps(["low", "middle", "high"]))
+    (root / "tensor_labels.json").write_text(json.dumps(list(TENSOR_LABELS)))
     for i in range(2):
         (root / f"image_{i}.jpg").write_bytes(_jpeg(i))
     _bert(root / "tiny_bert")

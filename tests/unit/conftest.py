@@ -1,64 +1,48 @@
-"""Unit-test fixtures: real archives (built incrementally), extracted once, handlers in-process."""
+"""Unit-test fixtures: tiny models of every family (tests/tiny.py), built into archives by the real
+build once per session in a temp folder, extracted, and run by the handler in-process. Nothing here
+reads model_store/: the archives `make build` makes are tests/archives' business."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
+from typing import Dict
 
-import numpy as np
 import pytest
-from PIL import Image
+import torch
 
-from serving.fake_context import FakeContext, extract
-from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
 from build.archive import build_entry
 from build.catalogue import Catalogue
-from handlers.handler import Handler
+from serving.fake_context import extract
+from tests.inprocess import encode, make_handler, png_of  # noqa: F401 - the tests import them from here
+from tests.tiny import tiny_project
+
+# The build times every variant for its report (1.5 s per batch size by default): meaningless for
+# tiny models, and most of the build's time.
+SPEED_SECONDS = 0.01
+
+
+@pytest.fixture(autouse=True)
+def one_intra_op_thread():
+    """Tiny models gain nothing from a second intra-op thread: it only adds hand-offs, and where
+    other jobs share the cores, spin-waits that turn milliseconds into seconds. Set before every
+    test, after any handler a fixture made has applied its own thread budget."""
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
-def archive_dirs(tmp_path_factory):
-    """model name -> folder holding the extracted real archive."""
-    catalogue = Catalogue.load(CATALOGUE)
+def tiny_catalogue(tmp_path_factory) -> Path:
+    """The tiny models' catalogue.yaml; its folder holds their files (paths are relative to it)."""
+    return tiny_project(tmp_path_factory.mktemp("tiny") / "project")
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tiny_catalogue, tmp_path_factory) -> Dict[str, Path]:
+    """Tiny model name -> folder holding its extracted archive (built once per session)."""
+    catalogue = Catalogue.load(tiny_catalogue)
+    store = tiny_catalogue.parent.parent / "store"
     dirs = {}
     for name in catalogue.names:
-        result = build_entry(catalogue, name, REPO_ROOT, MODEL_STORE, progress=lambda _: None)
+        result = build_entry(catalogue, name, tiny_catalogue.parent, store, progress=lambda _: None,
+                             speed_seconds=SPEED_SECONDS)
         dirs[name] = extract(result.archive, tmp_path_factory.mktemp(name))
     return dirs
-
-
-@pytest.fixture(scope="session")
-def eager_archive_dirs(tmp_path_factory):
-    """model name -> extracted archive of the same entry exported as an eager state dict
-    (the fp32 reference runs from these: a TorchScript archive has its precision baked in)."""
-    from benchmarks.bench.inprocess import extracted_archive
-
-    into = tmp_path_factory.mktemp("eager")
-    return {name: extracted_archive(name, "eager", into) for name in ("efficientnet_lite0", "minilm")}
-
-
-def make_handler(model_dir: Path, name: str, batch_size: int = 4, **overrides):
-    """The handler TorchServe would run for this extracted archive, initialised in-process;
-    `overrides`: handler-section settings changed on top of the archive's (runtime=..., <family>=...)."""
-    context = FakeContext(model_dir, name, batch_size=batch_size, handler_overrides=overrides)
-    handler = Handler()
-    handler.initialize(context)
-    return handler, context
-
-
-@pytest.fixture(scope="session")
-def photos():
-    import skimage
-
-    data = Path(skimage.__file__).parent / "data"
-    return {"cat": (data / "chelsea.png").read_bytes(), "coffee": (data / "coffee.png").read_bytes()}
-
-
-def encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format=fmt, **kwargs)
-    return buffer.getvalue()
-
-
-def png_of(array: np.ndarray, mode: str = None) -> bytes:
-    return encode(Image.fromarray(array, mode) if mode else Image.fromarray(array), "PNG")

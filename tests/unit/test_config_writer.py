@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from serving import properties
-from serving.repo import CATALOGUE, DEFAULT_CONFIG
+from serving.repo import DEFAULT_CONFIG
 from serving.ts_config import ModelSettings, ServerConfig
 from benchmarks.tune.config_writer import (
     HEADER,
@@ -24,7 +24,6 @@ from benchmarks.tune.config_writer import (
     write_config,
 )
 from benchmarks.tune.errors import ConfigWriteError
-from build.catalogue import Catalogue
 
 pytestmark = pytest.mark.unit
 
@@ -167,13 +166,6 @@ def test_refuses_when_an_archive_overrides_config_properties(tmp_path):
         check_archives({"minilm": tmp_path / "missing.mar"})
     write_config(path, [Update("minilm", TUNED)], [record("minilm")], archives={"minilm": clean})
     assert ServerConfig.load(path).model("minilm").settings == TUNED
-
-
-def test_real_archives_carry_no_frontend_keys(model_store):
-    """Every catalogue model's archive, built: a missing one fails here rather than passing unseen."""
-    names = Catalogue.load(CATALOGUE).names
-    assert names
-    check_archives({name: model_store / f"{name}.mar" for name in names})
 
 
 def test_writing_removes_the_snapshots_a_plain_start_would_load_instead(tmp_path, capsys):

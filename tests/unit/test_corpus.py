@@ -1,4 +1,5 @@
-"""The bad-input corpus, in-process: every case gets its outcome, alone and mixed into batches.
+"""The bad-input corpus, in-process on tiny models of every family: every case gets its outcome,
+alone and mixed into batches.
 
 The same corpus runs against a real TorchServe in tests/e2e/test_reliability.py; here the worker's
 own decoding of text and JSON bodies is reproduced by `worker_input`, and form bodies (which the
@@ -19,23 +20,23 @@ from handlers.errors import ConfigError
 from handlers.families import FAMILIES
 from handlers.families.image_settings import ImageSettings
 from handlers.families.text_embedder import TextSettings
-from serving.repo import CATALOGUE
-from build.catalogue import Catalogue
 from build.examples import worker_input
 from tests.references import decoded
+from tests.tiny import catalogue_entries
 
 from .conftest import make_handler
 
 pytestmark = pytest.mark.unit
 
 BATCH = 6
-# Each gets its family's corpus; a generating model's bad requests: tests/unit/test_generation.py.
-MODELS = Catalogue.load(CATALOGUE).names_of(generating=False)
+# A tiny model of each family (tests/tiny.py) gets its family's corpus, built from the model's own
+# settings; a generating model's bad requests: tests/unit/test_generation.py.
+MODELS = [name for name, entry in catalogue_entries().items() if not FAMILIES[entry["family"]].generates]
 
 
 @pytest.fixture(scope="module")
-def handlers(archive_dirs):
-    return {model: make_handler(archive_dirs[model], model, batch_size=BATCH) for model in MODELS}
+def handlers(tiny_dirs):
+    return {model: make_handler(tiny_dirs[model], model, batch_size=BATCH) for model in MODELS}
 
 
 def test_corpus_size_and_coverage():

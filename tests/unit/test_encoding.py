@@ -6,8 +6,13 @@ import json
 import logging
 import sys
 
+import pytest
+
 from handlers import encoding, runtime
+from tests.tiny import TEXT_WIDTH
 from tests.unit.conftest import make_handler
+
+pytestmark = pytest.mark.unit
 
 ANSWER = {"embedding": [0.1, -2.5e-08, 3.0], "label": "caf\u00e9", "top": {"a": 0.5}}
 
@@ -26,12 +31,12 @@ def test_orjson_and_the_fallback_encode_the_same_values(monkeypatch):
     assert b"\n" not in fast + slow  # compact, unlike TorchServe's indent=2
 
 
-def test_handler_answers_are_bytes_with_a_json_content_type(archive_dirs):
-    handler, context = make_handler(archive_dirs["minilm"], "minilm")
+def test_handler_answers_are_bytes_with_a_json_content_type(tiny_dirs):
+    handler, context = make_handler(tiny_dirs["tiny_text"], "tiny_text")
     answers = handler.handle([{"body": {"text": "A man is eating food."}}, {"body": {"nope": 1}}], context)
     assert all(isinstance(a, bytes) for a in answers)
     assert context.content_types == {0: encoding.JSON, 1: encoding.JSON}
-    assert len(json.loads(answers[0])["embedding"]) == 384
+    assert len(json.loads(answers[0])["embedding"]) == TEXT_WIDTH
     assert json.loads(answers[1])["code"] == context.statuses[1][0] == 400
 
 

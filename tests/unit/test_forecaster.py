@@ -1,5 +1,6 @@
 """The quantile forecaster family: the batch's array post-processing against the per-value loop,
-no crossing, clipping, alerts, validation naming fields, and the real co2 archive in-process."""
+no crossing, clipping, alerts, validation naming fields, and a tiny model's archive in-process (the
+trained co2 model's: tests/archives)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from handlers.families.quantile_post import (
     quantile_key,
 )
 from tests.unit.conftest import make_handler
+
+pytestmark = pytest.mark.unit
 
 KEYS = ["p10", "p50", "p90"]
 
@@ -123,25 +126,26 @@ def run(handler, context, bodies):
     return [json.loads(a) for a in handler.handle([{"body": json.dumps(b).encode()} for b in bodies], context)]
 
 
-def test_the_real_archive_answers_a_mixed_batch_as_each_alone(archive_dirs):
-    from models.co2.train import split, weekly_co2
-
-    handler, context = make_handler(archive_dirs["co2"], "co2", batch_size=4)
-    (_, _), (history, future) = split(weekly_co2())
-    latest = history[-1].tolist()
-    bodies = [{"history": latest, "horizon": 8, "thresholds": [375.0], "alert_within": 8},
-              {"history": latest[:10]},
-              {"series": [{"history": history[0].tolist()}, {"history": latest, "horizon": 3}]},
-              {"history": history[100].tolist()}]
+def test_a_mixed_batch_is_answered_as_each_alone(tiny_dirs):
+    """Series, horizons, alerts and a too-short history in one batch: the bad one is refused alone
+    and every other answer is what its request gets alone."""
+    handler, context = make_handler(tiny_dirs["tiny_forecast"], "tiny_forecast", batch_size=4)
+    settings = handler.settings.family_settings
+    rng = np.random.default_rng(3)
+    history = [(300 + np.cumsum(rng.normal(0.1, 1.0, 3 * settings.window))).round(2).tolist() for _ in range(3)]
+    latest = history[0]
+    bodies = [{"history": latest, "horizon": 3, "thresholds": [latest[-1]], "alert_within": 3},
+              {"history": latest[:settings.window - 1]},
+              {"series": [{"history": history[1]}, {"history": latest, "horizon": 2}]},
+              {"history": history[2]}]
     together = run(handler, context, bodies)
     assert set(context.statuses) == {1} and context.statuses[1][0] == 400
     assert "history" in together[1]["message"]
     for i in (0, 2, 3):  # the same to float32 rounding (a batch's matrix products may round differently)
+        assert QuantileForecaster.answer_problem(settings, together[i]) is None, together[i]
         alone = run(handler, context, [bodies[i]])[0]
         for a, b in zip(alone.get("series", [alone]), together[i].get("series", [together[i]]), strict=True):
             assert a["alerts"] == b["alerts"] and a["horizon"] == b["horizon"]
             np.testing.assert_allclose(list(a["quantiles"].values()), list(b["quantiles"].values()), rtol=1e-6)
-    assert [len(s["quantiles"]["p50"]) for s in together[2]["series"]] == [52, 3]
-    # A trained model: the median a year ahead is within a few ppm of what happened.
-    p50 = np.array(together[3]["quantiles"]["p50"])
-    assert np.abs(p50 - future[100]).mean() < 2.0
+    assert [len(s["quantiles"]["p50"]) for s in together[2]["series"]] == [settings.horizon, 2]
+    assert len(together[0]["alerts"]) == 1

@@ -1,6 +1,6 @@
-"""Issue 17 in-process: speculation with a draft model (greedy output unchanged, for any weights),
-the prefix cache (a hit answers as a miss does; LRU within its byte bound) and priorities inside
-the continuous batch (a fake TorchServe frontend)."""
+"""Speculation with a draft model (greedy output unchanged, for any weights), the prefix cache (a
+hit answers as a miss does; LRU within its byte bound) and priorities inside the continuous batch
+(a fake TorchServe frontend, a tiny GPT-2's archive). The trained tinylm's own draft: tests/archives."""
 
 from __future__ import annotations
 
@@ -94,20 +94,6 @@ def test_two_sequences_speculating_with_a_draft_model_equal_them_alone():
     assert spec.drafter.read == {}  # both forgotten when they ended
 
 
-def test_trained_model_with_its_draft_accepts_and_changes_nothing(archive_dirs):
-    from tests.unit.conftest import make_handler
-
-    handler, _ = make_handler(archive_dirs["tinylm"], "tinylm", causal_lm={"speculation": "draft"})
-    engine, family = handler.generation.engine, handler.family
-    assert isinstance(engine.drafter, RecurrentDrafter)
-    plain = twin(engine)
-    for prompt in ("The for statement is used to", "A class definition"):
-        request = family.decode({"prompt": prompt, "max_new_tokens": 64, "ignore_eos": True}, "")
-        spec = engine.generate([("s", request)])["s"]
-        assert spec.generated_ids == plain.generate([("s", request)])["s"].generated_ids
-        assert spec.draft.accepted >= spec.draft.proposed // 3  # the distilled draft guesses well
-
-
 # ---- prefix cache ------------------------------------------------------------------------------
 def test_a_prefix_cache_hit_answers_as_the_miss_did_and_reads_only_the_rest():
     engine = random_engine(11)
@@ -148,16 +134,16 @@ def test_prefix_cache_stays_within_its_bytes_and_drops_the_least_recently_used()
 
 # ---- priorities ---------------------------------------------------------------------------------
 @pytest.fixture
-def tinylm_one_running(archive_dirs):
+def tinylm_one_running(tiny_dirs):
     from tests.unit.conftest import make_handler
 
-    return make_handler(archive_dirs["tinylm"], "tinylm", batch_size=8, causal_lm={"max_running": 1})
+    return make_handler(tiny_dirs["tiny_lm"], "tiny_lm", batch_size=8, causal_lm={"max_running": 1})
 
 
 def test_high_priority_starts_at_once_and_low_waits_its_turn_without_changing_its_answer(tinylm_one_running):
     handler, context = tinylm_one_running
     service = handler.generation
-    body = {"prompt": "The for statement is used to", "max_new_tokens": 12}
+    body = {"prompt": "The for statement is used to", "max_new_tokens": 12, "ignore_eos": True}
     low = {"X-Priority": "low"}
     alone, _ = run_continuous(handler, context, {0: [("alone", body)]})
     call(handler, context, [("a", body), ("b", body)], {"a": low, "b": low})

@@ -5,6 +5,7 @@ import pytest
 from handlers.errors import BadInput, PayloadTooLarge
 from handlers.families.text_embedder import TextSettings, text_from_body
 from tests.references import decoded
+from tests.tiny import TEXT_WIDTH
 
 from .conftest import make_handler
 
@@ -14,8 +15,8 @@ SETTINGS = TextSettings()
 
 
 @pytest.fixture(scope="module")
-def served(archive_dirs):
-    return make_handler(archive_dirs["minilm"], "minilm")
+def served(tiny_dirs):
+    return make_handler(tiny_dirs["tiny_text"], "tiny_text")
 
 
 def test_lone_surrogate_fails_alone_not_its_batch(served):
@@ -26,7 +27,7 @@ def test_lone_surrogate_fails_alone_not_its_batch(served):
                               {"body": "also fine"}], context))
     assert set(context.statuses) == {1} and context.statuses[1][0] == 400
     assert "surrogate" in answers[1]["message"]
-    assert len(answers[0]["embedding"]) == 384 and len(answers[2]["embedding"]) == 384
+    assert len(answers[0]["embedding"]) == TEXT_WIDTH and len(answers[2]["embedding"]) == TEXT_WIDTH
     context.statuses.clear()
 
 

@@ -1,4 +1,5 @@
-"""KServe v1 and Open Inference Protocol v2 requests through the real handler on the real archives.
+"""KServe v1 and Open Inference Protocol v2 requests through the real handler, on tiny models of the
+text, image and tensor families (tests/tiny.py).
 
 Every family answers v1 and v2 requests with exactly the answers /predictions gives for the same
 inputs: a batch mixing a /predictions request, a v1 request of 3 instances and a v2 request of 2 is
@@ -10,18 +11,20 @@ refuses, is answered alone (400/413/500 naming the field) while its batch-mates 
 from __future__ import annotations
 
 import base64
+import io
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
 import numpy as np
 import pytest
+from PIL import Image
 
-from benchmarks.load.inputs import photo_bytes, requests
 from handlers import kserve
 from handlers.kserve import MAX_INSTANCES, Envelope
+from tests.tiny import TEXT_WIDTH
 
-from .conftest import make_handler
+from .conftest import encode, make_handler
 
 pytestmark = pytest.mark.unit
 
@@ -80,43 +83,51 @@ class Forms:
     tensor: Callable[[List[Any]], Req]  # inputs as one v2 request
 
 
-def _digits_scans(repo_root) -> List[np.ndarray]:
-    scans = [np.load(repo_root / f"models/digits/example_{d}.npy") for d in (2, 6, 7)]
-    scans.append(np.asarray(json.loads((repo_root / "models/digits/example_9.json").read_text())["inputs"]))
+def _scans() -> List[np.ndarray]:
+    """Inputs of the tiny tensor model ([1, 4, 4], 0..16): whole numbers, so every v2 datatype holds them."""
+    rng = np.random.default_rng(5)
+    scans = [rng.integers(0, 17, (1, 4, 4)).astype(np.float32) for _ in range(4)]
     return scans + [np.clip(scans[0] + 1, 0, 16), np.clip(scans[1] * 0.5, 0, 16)]
 
 
-def forms_of(model: str, repo_root) -> Forms:
-    if model == "minilm":
+def _images(photos) -> List[bytes]:
+    """JPEGs of several sizes and a PNG."""
+    cat, coffee = (Image.open(io.BytesIO(photos[k])).convert("RGB") for k in ("cat", "coffee"))
+    jpegs = [encode(image.resize(size), "JPEG", quality=90) for image in (cat, coffee) for size in ((64, 48), (40, 40))]
+    return jpegs + [encode(coffee, "JPEG", quality=90), photos["cat"]]
+
+
+def forms_of(model: str, photos) -> Forms:
+    if model == "tiny_text":
         return Forms(model, SENTENCES, lambda s: Req({"text": s}, PREDICTIONS),
                      lambda i, s: s if i % 2 else {"text": s},  # v1 takes plain strings and JSON objects
                      lambda ss: v2("BYTES", [len(ss)], ss))
-    if model == "efficientnet_lite0":
-        images = [r.body for r in requests(model)][:5] + [photo_bytes()["chelsea.png"]]  # JPEGs and a PNG
+    if model == "tiny_image":
+        images = _images(photos)
         return Forms(model, images, lambda data: Req(data, {**PREDICTIONS, "Content-Type": "image/jpeg"}),
                      lambda i, data: {"data" if i % 2 else "b64": b64(data)},  # both conventions
                      lambda datas: v2("BYTES", [len(datas)], [b64(d) for d in datas]))
-    scans = _digits_scans(repo_root)
+    scans = _scans()
     return Forms(model, scans, lambda a: Req({"inputs": a.tolist()}, PREDICTIONS),
                  lambda i, a: {"data": a.reshape(-1).tolist(), "shape": list(a.shape)} if i % 2
                  else {"inputs": a.tolist()},
-                 lambda arrays: v2("FP32", [len(arrays), 1, 8, 8], np.stack(arrays).tolist()))
+                 lambda arrays: v2("FP32", [len(arrays), 1, 4, 4], np.stack(arrays).tolist()))
 
 
-MODELS = ["minilm", "efficientnet_lite0", "digits"]
+MODELS = ["tiny_text", "tiny_image", "tiny_tensor"]
 
 
 @pytest.fixture(scope="module")
-def handlers_(archive_dirs):
-    return {model: make_handler(archive_dirs[model], model) for model in MODELS}
+def handlers_(tiny_dirs):
+    return {model: make_handler(tiny_dirs[model], model) for model in MODELS}
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_mixed_batch_each_in_its_protocol(handlers_, repo_root, model):
+def test_mixed_batch_each_in_its_protocol(handlers_, photos, model):
     """/predictions + v1 (3 instances) + v2 (2) in one batch: each answered in its own format, with
     the answers a /predictions-only batch of the same six items gives, byte for byte."""
     handler, context = handlers_[model]
-    forms = forms_of(model, repo_root)
+    forms = forms_of(model, photos)
     reference = run(handler, context, [forms.plain(x) for x in forms.inputs])
     assert [a.status for a in reference] == [200] * 6
     expected = [a.json for a in reference]
@@ -132,8 +143,8 @@ def test_mixed_batch_each_in_its_protocol(handlers_, repo_root, model):
     assert answer["model_name"] == model and isinstance(answer["id"], str) and answer["id"]
     (output,) = answer["outputs"]
     assert output["name"] == "output-0"
-    if model == "minilm":  # embeddings: one FP32 [n, d] tensor
-        assert output["datatype"] == "FP32" and output["shape"] == [2, 384]
+    if model == "tiny_text":  # embeddings: one FP32 [n, d] tensor
+        assert output["datatype"] == "FP32" and output["shape"] == [2, TEXT_WIDTH]
         assert output["data"] == expected[4]["embedding"] + expected[5]["embedding"]
     else:  # class probabilities: one JSON string per instance, exactly the /predictions answer
         assert output["datatype"] == "BYTES" and output["shape"] == [2]
@@ -143,21 +154,21 @@ def test_mixed_batch_each_in_its_protocol(handlers_, repo_root, model):
     assert {c[3]["BatchSize"] for c in batch_sizes} == {"6"}, batch_sizes
 
 
-def test_v2_numeric_forms_and_datatypes(handlers_, repo_root):
+def test_v2_numeric_forms_and_datatypes(handlers_):
     """Flat or nested data, FP32/FP64/INT32/UINT8: the same answers as /predictions."""
-    handler, context = handlers_["digits"]
-    scans = _digits_scans(repo_root)[:2]
+    handler, context = handlers_["tiny_tensor"]
+    scans = _scans()[:2]
     expected = [a.json for a in run(handler, context, [Req({"inputs": s.tolist()}, PREDICTIONS) for s in scans])]
     flat = np.stack(scans).reshape(-1)
-    batch = [v2("FP32", [2, 1, 8, 8], flat.tolist()), v2("FP64", [2, 1, 8, 8], np.stack(scans).tolist()),
-             v2("INT32", [2, 1, 8, 8], flat.astype(int).tolist()), v2("UINT8", [2, 1, 8, 8], flat.astype(int).tolist())]
+    batch = [v2("FP32", [2, 1, 4, 4], flat.tolist()), v2("FP64", [2, 1, 4, 4], np.stack(scans).tolist()),
+             v2("INT32", [2, 1, 4, 4], flat.astype(int).tolist()), v2("UINT8", [2, 1, 4, 4], flat.astype(int).tolist())]
     for answer in run(handler, context, batch):
         assert answer.status == 200, answer.raw
         assert [json.loads(s) for s in answer.json["outputs"][0]["data"]] == expected
 
 
 def test_v2_id_echoed_or_generated(handlers_):
-    handler, context = handlers_["minilm"]
+    handler, context = handlers_["tiny_text"]
     given, generated, again = run(handler, context, [v2("BYTES", [1], ["hi"], id="req-7"), v2("BYTES", [1], ["hi"]),
                                                      v2("BYTES", [1], ["hi"])])
     assert given.json["id"] == "req-7"
@@ -168,7 +179,7 @@ def test_detection_needs_the_route_and_an_envelope(handlers_):
     """From /predictions (`url_path` set) or with no `explain` header: a /predictions body, whatever
     its keys. From a KServe route but with no instances/inputs: still /predictions. Header names are
     case-insensitive; a body TorchServe did not parse (no JSON content type) is read here."""
-    handler, context = handlers_["minilm"]
+    handler, context = handlers_["tiny_text"]
     envelope = json.dumps({"instances": ["A man is eating food."]}).encode()
     predictions, no_header, plain_on_kserve, upper, unparsed = run(handler, context, [
         Req({"instances": ["A man is eating food."]}, PREDICTIONS),
@@ -185,17 +196,19 @@ def test_detection_needs_the_route_and_an_envelope(handlers_):
         assert answer.status == 200 and answer.json["predictions"][0] == plain_on_kserve.json
 
 
-def test_tensor_predictions_form_is_not_an_envelope(handlers_, repo_root):
+def test_tensor_predictions_form_is_not_an_envelope(handlers_):
     """The tensor family's own /predictions form {"inputs": <nested list>} with the headers
     /predictions really carries (`explain` too): answered as /predictions, not as a v2 request."""
-    handler, context = handlers_["digits"]
-    body = json.loads((repo_root / "models/digits/example_9.json").read_text())
+    handler, context = handlers_["tiny_tensor"]
+    body = {"inputs": _scans()[3].tolist()}
     (answer,) = run(handler, context, [Req(body, PREDICTIONS)])
-    assert answer.status == 200 and list(answer.json)[0] == "9", answer.raw
+    (plain,) = run(handler, context, [Req(body, {"Content-Type": "application/json"})])  # no KServe route
+    assert answer.status == plain.status == 200 and answer.raw == plain.raw, answer.raw
+    assert "outputs" not in answer.json and "predictions" not in answer.json
 
 
 def test_instance_limit(handlers_):
-    handler, context = handlers_["minilm"]
+    handler, context = handlers_["tiny_text"]
     at_limit, over_v1, over_v2 = run(handler, context, [
         v1(["word"] * MAX_INSTANCES), v1(["word"] * (MAX_INSTANCES + 1)),
         v2("BYTES", [MAX_INSTANCES + 1], ["word"] * (MAX_INSTANCES + 1))])
@@ -208,7 +221,7 @@ def test_instance_limit(handlers_):
 # ---- errors: each answered alone, the batch-mates answered ---------------------------------------
 TEXT_OK = v2("BYTES", [1], ["fine"])
 BAD = {
-    "minilm": [
+    "tiny_text": [
         (v1([]), 400, "instances: a non-empty list"),
         (v1("A man"), 400, "instances: a non-empty list"),
         (Req({"inputs": []}, KSERVE), 400, "inputs: a non-empty list"),
@@ -226,7 +239,7 @@ BAD = {
         (v1([{"text": "x" * (1024 * 1024 + 1)}]), 413, "instances[0]: text is 1048577 bytes"),
         (v2("BYTES", [2], ["fine", ""]), 400, "instances[1]: text is empty"),
     ],
-    "efficientnet_lite0": [
+    "tiny_image": [
         (v1([{"b64": "not base64!"}]), 400, "instances[0].b64: not valid base64"),
         (v1([{"data": 12}]), 400, "instances[0].data: a base64 string"),
         (v1(["aGVsbG8="]), 400, 'instances[0]: this model takes binary input: send {"b64"'),
@@ -234,23 +247,23 @@ BAD = {
         (v1([{"b64": b64(b"not an image at all")}]), 400, "instances[0]: cannot read the image"),
         (v2("UINT8", [1, 4], [1, 2, 3, 4]), 400, "inputs[0].datatype: UINT8: this model takes BYTES"),
     ],
-    "digits": [
-        (v2("FP32", [2, 1, 8, 8], [0.0] * 64), 400, "inputs[0].shape: [2, 1, 8, 8] holds 128 values, data has 64"),
-        (v2("FP32", [1, 1, 4, 4], [0.0] * 16), 400, "instances[0]: shape: got [1, 4, 4], the model takes [1, 8, 8]"),
-        (v2("INT32", [1, 1, 8, 8], [0.5] * 64), 400, "inputs[0].data: fractional values for INT32"),
-        (v2("UINT8", [1, 1, 8, 8], [-1] * 64), 400, "inputs[0].data: values outside UINT8's range"),
-        (v2("FP32", [1, 1, 8, 8], [[0.0] * 8] * 7 + [[0.0] * 7]), 400, "inputs[0].data: ragged nesting"),
-        (v2("FP32", [2, 1, 8, 8], [0.0] * 64 + [17.0] * 64), 400, "instances[1]: values: 17.0 is above max 16"),
-        (v1([{"inputs": [[[0.0] * 8] * 8]}, [1, 2]]), 400, "instances[1]: expected a JSON object"),
+    "tiny_tensor": [
+        (v2("FP32", [2, 1, 4, 4], [0.0] * 16), 400, "inputs[0].shape: [2, 1, 4, 4] holds 32 values, data has 16"),
+        (v2("FP32", [1, 1, 2, 2], [0.0] * 4), 400, "instances[0]: shape: got [1, 2, 2], the model takes [1, 4, 4]"),
+        (v2("INT32", [1, 1, 4, 4], [0.5] * 16), 400, "inputs[0].data: fractional values for INT32"),
+        (v2("UINT8", [1, 1, 4, 4], [-1] * 16), 400, "inputs[0].data: values outside UINT8's range"),
+        (v2("FP32", [1, 1, 4, 4], [[0.0] * 4] * 3 + [[0.0] * 3]), 400, "inputs[0].data: ragged nesting"),
+        (v2("FP32", [2, 1, 4, 4], [0.0] * 16 + [17.0] * 16), 400, "instances[1]: values: 17.0 is above max 16"),
+        (v1([{"inputs": [[[0.0] * 4] * 4]}, [1, 2]]), 400, "instances[1]: expected a JSON object"),
     ],
 }
 CASES = [(model, i) for model, cases in BAD.items() for i in range(len(cases))]
 
 
 @pytest.mark.parametrize("model, index", CASES, ids=[f"{m}-{i}" for m, i in CASES])
-def test_bad_request_answered_alone(handlers_, repo_root, model, index):
+def test_bad_request_answered_alone(handlers_, photos, model, index):
     handler, context = handlers_[model]
-    forms = forms_of(model, repo_root)
+    forms = forms_of(model, photos)
     bad, status, words = BAD[model][index]
     answers = run(handler, context, [forms.plain(forms.inputs[0]), bad,
                                      v1([forms.instance(i, x) for i, x in enumerate(forms.inputs[1:3])]),
@@ -265,7 +278,7 @@ def test_bad_request_answered_alone(handlers_, repo_root, model, index):
 
 def test_faults_of_ours_stay_500_alone(handlers_, monkeypatch):
     """A decoding crash on one instance, and a crash wrapping one answer: that request's 500 each."""
-    handler, context = handlers_["minilm"]
+    handler, context = handlers_["tiny_text"]
     decode = handler.family.decode
 
     def crashing(body, content_type):

@@ -14,6 +14,8 @@ from serving.launcher import TorchServe
 from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from serving.ts_config import ModelSettings, ServerConfig
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_shipped_config_points_at_the_shipped_log4j2_file():
     vmargs = ServerConfig.load(DEFAULT_CONFIG).get("vmargs")

@@ -65,12 +65,13 @@ def test_bad_settings_name_the_section():
         ResponseCacheSettings(max_entries=0)
 
 
-# ---- in the handler (digits, a fake TorchServe context) ---------------------------------------
+# ---- in the handler (a tiny tensor model, a fake TorchServe context) --------------------------
 @pytest.fixture
-def digits_cached(archive_dirs):
+def tensor_cached(tiny_dirs):
     from tests.unit.conftest import make_handler
 
-    handler, context = make_handler(archive_dirs["digits"], "digits", batch_size=8, response_cache={"max_mib": 1})
+    handler, context = make_handler(tiny_dirs["tiny_tensor"], "tiny_tensor", batch_size=8,
+                                    response_cache={"max_mib": 1})
     computed = []
     infer = handler.infer
 
@@ -82,14 +83,14 @@ def digits_cached(archive_dirs):
     return handler, context, computed
 
 
-def scans(repo_root):
+def scans():
+    """Two different inputs of the tiny model's shape [1, 4, 4]."""
     import json
 
     import numpy as np
 
-    nine = json.loads((repo_root / "models/digits/example_9.json").read_text())
-    other = {"inputs": np.clip(np.asarray(nine["inputs"]) + 1, 0, 16).tolist()}
-    return json.dumps(nine).encode(), json.dumps(other).encode()
+    one = np.arange(16, dtype=float).reshape(1, 4, 4)
+    return json.dumps({"inputs": one.tolist()}).encode(), json.dumps({"inputs": (16 - one).tolist()}).encode()
 
 
 def send(handler, context, bodies, headers=None):
@@ -98,24 +99,24 @@ def send(handler, context, bodies, headers=None):
     return handler.handle([{"body": b} for b in bodies], context)
 
 
-def test_a_repeat_in_a_batch_is_computed_once_and_a_cached_answer_is_byte_identical(digits_cached, repo_root):
-    handler, context, computed = digits_cached
-    nine, other = scans(repo_root)
-    first = send(handler, context, [nine, other, nine, b"{not json"])
-    assert computed == [2]  # nine and other; the repeat is answered with the first's answer
+def test_a_repeat_in_a_batch_is_computed_once_and_a_cached_answer_is_byte_identical(tensor_cached):
+    handler, context, computed = tensor_cached
+    scan, other = scans()
+    first = send(handler, context, [scan, other, scan, b"{not json"])
+    assert computed == [2]  # scan and other; the repeat is answered with the first's answer
     assert first[0] == first[2] and first[0] != first[1] and context.statuses[3][0] == 400
-    again = send(handler, context, [nine, b"{not json"])
+    again = send(handler, context, [scan, b"{not json"])
     assert computed == [2] and again[0] == first[0]  # from the cache: no model call
     assert context.statuses[1][0] == 400  # an error is never cached: checked again, refused again
-    fresh = send(handler, context, [nine], headers={0: {"Cache-Control": "no-cache"}})
+    fresh = send(handler, context, [scan], headers={0: {"Cache-Control": "no-cache"}})
     assert computed == [2, 1] and fresh[0] == first[0]
     assert context.metrics.last("ResponseCacheHits") == 0 and context.metrics.last("ResponseCacheBytes") > 0
 
 
-def test_a_new_archive_version_never_gets_the_old_answers(digits_cached, repo_root):
-    handler, context, computed = digits_cached
-    nine, _ = scans(repo_root)
-    send(handler, context, [nine])
+def test_a_new_archive_version_never_gets_the_old_answers(tensor_cached):
+    handler, context, computed = tensor_cached
+    scan, _ = scans()
+    send(handler, context, [scan])
     handler.version = "2.0"
-    send(handler, context, [nine])
+    send(handler, context, [scan])
     assert computed == [1, 1]

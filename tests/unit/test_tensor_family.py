@@ -1,5 +1,6 @@
-"""The tensor family on the shipped digits model: the three request forms give one answer, the
-held-out scans their digits, the outputs their declared shapes; bad requests refused by field."""
+"""The tensor family on a tiny random-weight MLP (tests/tiny.py): the three request forms give one
+answer, the outputs their declared shapes and agree with each other; bad requests refused by field.
+The trained digits model's answers on its held-out scans: tests/archives."""
 
 import io
 import json
@@ -11,17 +12,21 @@ from build.examples import worker_input
 from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
 from handlers.families.tensor import NPY, TensorSettings, decode_tensor
 from tests.references import decoded
+from tests.tiny import TENSOR_LABELS
 
 from .conftest import make_handler
 
 pytestmark = pytest.mark.unit
 
 SETTINGS = TensorSettings(shape=(1, 2, 2), dtype="float32", min=0, max=16, max_elements=8)
+# Inputs of the tiny model's shape [1, 4, 4], values within its 0..16.
+SCAN = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+OTHER = np.full((1, 4, 4), 16.0, dtype=np.float32) - SCAN
 
 
 @pytest.fixture(scope="module")
-def digits(archive_dirs):
-    return make_handler(archive_dirs["digits"], "digits")
+def tiny(tiny_dirs):
+    return make_handler(tiny_dirs["tiny_tensor"], "tiny_tensor")
 
 
 def npy(array) -> bytes:
@@ -37,25 +42,32 @@ def answer(handler, context, body: bytes, content_type: str):
     return result
 
 
-def test_three_request_forms_one_answer(digits, repo_root):
-    handler, context = digits
-    scan = np.load(repo_root / "models/digits/example_2.npy")
-    forms = [(json.dumps({"inputs": scan.tolist()}).encode(), "application/json"),
-             (json.dumps({"data": scan.reshape(-1).tolist(), "shape": [1, 8, 8], "dtype": "float32"}).encode(),
+def test_three_request_forms_one_answer(tiny):
+    handler, context = tiny
+    forms = [(json.dumps({"inputs": SCAN.tolist()}).encode(), "application/json"),
+             (json.dumps({"data": SCAN.reshape(-1).tolist(), "shape": [1, 4, 4], "dtype": "float32"}).encode(),
               "application/json"),
-             (npy(scan), NPY)]
+             (npy(SCAN), NPY)]
     answers = [answer(handler, context, body, ctype) for body, ctype in forms]
     assert answers[0] == answers[1] == answers[2]
-    assert list(answers[0])[0] == "2" and len(answers[0]) == 3  # top_k 3 of the entry's labels
+    top_k = handler.settings.family_settings.top_k
+    assert len(answers[0]) == top_k and set(answers[0]) <= set(TENSOR_LABELS)  # top_k of the entry's labels
 
 
-def test_raw_and_argmax_outputs(archive_dirs, repo_root):
-    scan = json.dumps({"inputs": np.load(repo_root / "models/digits/example_7.npy").tolist()}).encode()
-    raw, context = make_handler(archive_dirs["digits"], "digits", tensor={"output": "raw"})
-    outputs = answer(raw, context, scan, "application/json")["outputs"]
-    assert len(outputs) == 10 and int(np.argmax(outputs)) == 7
-    top, context = make_handler(archive_dirs["digits"], "digits", tensor={"output": "argmax"})
-    assert answer(top, context, scan, "application/json") == {"class": "7"}
+def test_raw_and_argmax_outputs(tiny_dirs, tiny):
+    """raw: the model's outputs, one per label; argmax: the label of the largest; softmax_topk: that
+    label first, with its softmax probability."""
+    for scan in (SCAN, OTHER):
+        body = json.dumps({"inputs": scan.tolist()}).encode()
+        raw, context = make_handler(tiny_dirs["tiny_tensor"], "tiny_tensor", tensor={"output": "raw"})
+        outputs = np.array(answer(raw, context, body, "application/json")["outputs"])
+        assert outputs.shape == (len(TENSOR_LABELS),)
+        best = TENSOR_LABELS[int(np.argmax(outputs))]
+        top, context = make_handler(tiny_dirs["tiny_tensor"], "tiny_tensor", tensor={"output": "argmax"})
+        assert answer(top, context, body, "application/json") == {"class": best}
+        probabilities = answer(*tiny, body, "application/json")
+        softmax = np.exp(outputs - outputs.max()) / np.exp(outputs - outputs.max()).sum()
+        assert list(probabilities)[0] == best and abs(probabilities[best] - softmax.max()) < 1e-5
 
 
 @pytest.mark.parametrize("body, content_type, error, words", [
@@ -92,10 +104,12 @@ def test_integer_models_refuse_fractions_and_overflow():
         decode_tensor({"inputs": [1, 256]}, "", ints)
 
 
-def test_an_error_no_check_foresaw_is_that_requests_500(digits, repo_root, monkeypatch, caplog):
+def test_an_error_no_check_foresaw_is_that_requests_500(tiny, monkeypatch, caplog):
     """A fault of ours is a 500 for the request that met it (traceback logged), never a 400; its
     batch-mates are answered."""
-    handler, context = digits
+    handler, context = tiny
+    scan = {"inputs": SCAN.tolist()}
+    expected = answer(handler, context, json.dumps(scan).encode(), "application/json")
     decode = handler.family.decode
 
     def buggy(body, content_type):
@@ -104,9 +118,8 @@ def test_an_error_no_check_foresaw_is_that_requests_500(digits, repo_root, monke
         return decode(body, content_type)
 
     monkeypatch.setattr(handler.family, "decode", buggy)
-    scan = {"inputs": np.load(repo_root / "models/digits/example_6.npy").tolist()}
     context.headers, context.statuses = {0: {"Content-Type": "application/octet-stream"}}, {}
     answers = decoded(handler.handle([{"body": b"trips a bug"}, {"body": scan}], context))
     assert context.statuses[0][0] == 500 and answers[0]["code"] == 500 and 1 not in context.statuses
-    assert list(answers[1])[0] == "6"
+    assert answers[1] == expected
     assert "unexpected error decoding request 0" in caplog.text and "KeyError" in caplog.text

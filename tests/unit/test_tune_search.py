@@ -9,6 +9,7 @@ from types import MappingProxyType
 import pytest
 
 from benchmarks.load.capacity import RateSettings, find_max_rate
+from benchmarks.tune import service_model
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
 from benchmarks.tune.rates import evaluate
@@ -57,6 +58,26 @@ def overheads(candidate: Candidate):
 
 def quiet(line: str) -> None:
     pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def remembered_simulations():
+    """The search's predictions simulate the same traffic through the same service times over and
+    over (every round ranks every candidate again; a test's searches retrace one path). The
+    simulation is a pure function of those numbers (s(b) for the batch sizes it can form, and its
+    arguments), so its results are remembered here: the same answers, a fraction of the seconds."""
+    real, seen = service_model.simulate, {}
+
+    def simulate(service_ms, workers, batch_size, delay_ms, rate_rps, *args, **kwargs):
+        key = (tuple(service_ms(b) for b in range(1, batch_size + 1)), workers, batch_size, delay_ms, rate_rps,
+               args, tuple(sorted(kwargs.items())))
+        if key not in seen:
+            seen[key] = real(service_ms, workers, batch_size, delay_ms, rate_rps, *args, **kwargs)
+        return seen[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(service_model, "simulate", simulate)
+        yield
 
 
 def search(measurer, prior=(), settings: SearchSettings = SearchSettings()):

@@ -3,7 +3,6 @@ of a variant the gate rejects, and what the tuner and config.properties make of 
 
 import copy
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import yaml
 
 from serving.errors import ConfigError as ServingConfigError
 from serving.repo import CATALOGUE, REPO_ROOT
+from tests.tiny import catalogue_entries
 from serving.ts_config import startup_archives
 from benchmarks.tune.config_writer import Update, rewrite
 from benchmarks.tune.errors import TuneError
@@ -28,6 +28,8 @@ from handlers.onnx_session import load_onnx
 pytestmark = pytest.mark.unit
 
 DIGITS = yaml.safe_load(CATALOGUE.read_text())["models"]["digits"]
+# The report's speed of each variant is timed for 1.5 s per batch size by default: not under test here.
+QUICK = ("--speed-seconds", "0.01")
 
 
 def digits_entry(**changes):
@@ -113,39 +115,36 @@ def perturbed(model):
     return broken
 
 
-def held_out_digits(path):
-    from sklearn.datasets import load_digits
-
-    images = load_digits().images[-40:].astype(np.float32)[:, None]  # the scans the trainer holds out
-    np.save(path, images)
-    return path
-
-
-def test_a_broken_variant_is_not_archived_and_the_build_says_where_it_failed(tmp_path, capsys, monkeypatch):
+def test_a_broken_variant_is_not_archived_and_the_build_says_where_it_failed(tiny_catalogue, tmp_path, capsys,
+                                                                              monkeypatch):
+    """On the tiny tensor model (tests/tiny.py), with held-out inputs of its shape."""
     monkeypatch.setattr(export, "torch_int8", perturbed)
-    shutil.copytree(REPO_ROOT / "models" / "digits", tmp_path / "models" / "digits",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    held_out_digits(tmp_path / "scans.npy")
-    entry = digits_entry(variants=["eager", "onnx", "int8"], gate={"held_out": [{"path": "scans.npy"}]})
-    (tmp_path / "catalogue.yaml").write_text(yaml.safe_dump({"models": {"digits": entry}}))
+    # This test's files beside the tiny models' (a catalogue's paths are relative to its folder).
+    project, mine = tiny_catalogue.parent, tiny_catalogue.parent / tmp_path.name
+    mine.mkdir()
+    np.save(mine / "scans.npy", np.random.default_rng(0).uniform(0, 16, (40, 1, 4, 4)).astype(np.float32))
+    entry = {k: v for k, v in catalogue_entries()["tiny_tensor"].items() if k != "serialisation"}
+    entry.update(variants=["eager", "onnx", "int8"], gate={"held_out": [{"path": f"{tmp_path.name}/scans.npy"}]})
+    catalogue = project / f"{tmp_path.name}.yaml"
+    catalogue.write_text(yaml.safe_dump({"models": {"tiny": entry}}))
     store = tmp_path / "store"
-    code = build_main(["--catalogue", str(tmp_path / "catalogue.yaml"), "--out", str(store)])
+    code = build_main(["--catalogue", str(catalogue), "--out", str(store), *QUICK])
     out = capsys.readouterr()
     text = out.out + out.err
     assert code == 0, text
-    assert (store / "digits.mar").is_file() and (store / "digits.onnx.mar").is_file()
-    assert not (store / "digits.int8.mar").exists()
-    assert "digits int8: gate FAILED: top-1 agreement" in text and "worst scans.npy[" in text
-    report = json.loads((store / "build_report.json").read_text())["models"]["digits"]
+    assert (store / "tiny.mar").is_file() and (store / "tiny.onnx.mar").is_file()
+    assert not (store / "tiny.int8.mar").exists()
+    assert "tiny int8: gate FAILED: top-1 agreement" in text and "worst scans.npy[" in text
+    report = json.loads((store / "build_report.json").read_text())["models"]["tiny"]
     assert [(line["variant"], line["archive"]) for line in report] == [
-        ("eager", "digits.mar"), ("onnx", "digits.onnx.mar"), ("int8", None)]
+        ("eager", "tiny.mar"), ("onnx", "tiny.onnx.mar"), ("int8", None)]
     assert report[2]["gate"].startswith("FAILED") and report[1]["gate"].startswith("passed")
     assert all(line["items_per_s"]["1"] > 0 for line in report)
 
     # The default variant failing its gate fails the entry: nothing serves a model that broke.
     entry["variants"] = ["int8", "eager"]
-    (tmp_path / "catalogue.yaml").write_text(yaml.safe_dump({"models": {"digits": entry}}))
-    code = build_main(["--catalogue", str(tmp_path / "catalogue.yaml"), "--out", str(tmp_path / "store2")])
+    catalogue.write_text(yaml.safe_dump({"models": {"tiny": entry}}))
+    code = build_main(["--catalogue", str(catalogue), "--out", str(tmp_path / "store2"), *QUICK])
     text = "".join(capsys.readouterr())
     assert code == 1 and "the default variant 'int8' fails the accuracy gate" in text and "scans.npy[" in text
 

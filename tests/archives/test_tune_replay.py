@@ -29,7 +29,7 @@ from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.results import Point
 from build.archive import BuildResult, VariantResult
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.archives
 
 RUN = "tune-minilm-20261121-131451"
 # The report sections a run measured under today's rules must reproduce when replayed (not yet one).

@@ -1,0 +1,50 @@
+"""The build of the real EfficientNet-Lite0 entry, traced to TorchScript: what it serves is still
+ImageNet's answer on real photos (seconds of tracing; the build's mechanics: tests/unit/test_build.py)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from build.__main__ import main as build_main
+from serving.repo import CATALOGUE
+from tests.references import CAT_LABELS, decoded
+
+pytestmark = pytest.mark.archives
+
+IMAGE = {**{k: v for k, v in yaml.safe_load((CATALOGUE).read_text())["models"]["efficientnet_lite0"].items()
+            if k not in ("variants", "gate")}, "serialisation": "state_dict"}
+
+
+def write_catalogue(tmp_path: Path, **entries) -> Path:
+    path = tmp_path / "catalogue.yaml"
+    path.write_text(yaml.safe_dump({"models": entries}))
+    return path
+
+
+def run_build(catalogue: Path, store: Path, capsys, *extra):
+    code = build_main(["--catalogue", str(catalogue), "--out", str(store), *extra])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def with_changes(**changes):
+    entry = yaml.safe_load(yaml.safe_dump(IMAGE))
+    entry.update(changes)
+    return entry
+
+
+def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
+    from serving.fake_context import extract
+
+    from .conftest import make_handler
+
+    entry = with_changes(serialisation="torchscript", settings={**IMAGE["settings"], "runtime": {"precision": "fp32"}})
+    store = tmp_path / "store"
+    assert run_build(write_catalogue(tmp_path, ts=entry), store, capsys)[0] == 0
+    model_dir = extract(store / "ts.mar", tmp_path / "ts")
+    handler, context = make_handler(model_dir, "ts")
+    assert handler.settings.runtime.graph == "torchscript"
+    cat, coffee = decoded(handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context))
+    assert max(coffee, key=coffee.get) == "espresso"
+    assert max(cat, key=cat.get) in CAT_LABELS
