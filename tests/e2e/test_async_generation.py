@@ -56,20 +56,33 @@ def test_async_answers_equal_the_step_modes_whether_alone_or_together(async_serv
     alone = [generate(async_server.client, MODEL, body, stream=False) for body in BODIES]
     assert [a.text for a in alone] == [s.text for s in step_answers]
     assert [a.finish_reason for a in alone] == [s.finish_reason for s in step_answers]
-    peak = 0
 
     def send(i):
         time.sleep(0.05 * i)  # arrivals spread out: later ones join a batch already generating
         return generate(async_server.client, MODEL, BODIES[i], stream=i % 2 == 0)
 
     with ThreadPoolExecutor(len(BODIES)) as pool:
-        futures = [pool.submit(send, i) for i in range(len(BODIES))]
-        while not all(f.done() for f in futures):
-            peak = max(peak, gauge(async_server, "GenerationRunningSequences"))
-            time.sleep(0.05)
-    together = [f.result() for f in futures]
+        together = list(pool.map(send, range(len(BODIES))))
     assert all(t.ok for t in together), [t.error for t in together]
     assert [t.text for t in together] == [s.text for s in step_answers]
+
+
+def test_requests_arriving_while_others_generate_join_their_batch(async_server):
+    """Long generations, so that the loop's running-sequences gauge (reported about once a second)
+    sees them together."""
+    long_bodies = [{"prompt": p, "max_new_tokens": 250, "ignore_eos": True} for p in PROMPTS]
+    peak = 0
+
+    def send(i):
+        time.sleep(0.2 * i)
+        return generate(async_server.client, MODEL, long_bodies[i], stream=True)
+
+    with ThreadPoolExecutor(len(long_bodies)) as pool:
+        futures = [pool.submit(send, i) for i in range(len(long_bodies))]
+        while not all(f.done() for f in futures):
+            peak = max(peak, gauge(async_server, "GenerationRunningSequences"))
+            time.sleep(0.1)
+    assert all(f.result().ok and f.result().generated_tokens == 250 for f in futures)
     assert peak >= 2, "the requests never shared a batch"
 
 
