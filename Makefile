@@ -9,14 +9,15 @@ TS     := $(VENV)/bin/torchserve
 STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 
-.PHONY: help venv java-check build build-serving serve stop test test-unit test-archives test-e2e bench bench-inprocess tune reliability deploy plan clean
+.PHONY: help venv java-check lint build build-serving serve stop test test-unit test-archives test-e2e bench bench-inprocess tune reliability deploy plan clean
 
 help:
 	@echo "make serve      build the archives config.properties loads, start TorchServe on 127.0.0.1:8080-8082,"
 	@echo "                print curl lines"
 	@echo "make stop       stop it"
 	@echo "make test       unit + archives + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
-	@echo "make test-unit  tests/unit only: tiny models made on the fly, no build"
+	@echo "make test-unit  tests/unit only: tiny models made on the fly, no build (make test and test-unit lint first)"
+	@echo "make lint       ruff check . (rules in pyproject.toml); fails on any finding"
 	@echo "make test-archives  tests/archives: handlers in-process on the built archives;  make test-e2e  tests/e2e only"
 	@echo "make build      model_store/*.mar from catalogue.yaml, every model and variant (incremental);"
 	@echo "                make build MODEL=<name>: that model's archives only"
@@ -93,11 +94,15 @@ define pytest
 	 exit $$rc
 endef
 
-test: build java-check
+# Lint first: a finding fails the run before the build and the servers start.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+test: lint build java-check
 	$(call pytest,)
 
 # tests/unit makes tiny models of every family in a temp folder: no archives, no build.
-test-unit: $(STAMP)
+test-unit: lint
 	$(call pytest,tests/unit)
 
 test-archives: build

@@ -18,9 +18,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Optional
 
 import torch
 import yaml
@@ -57,7 +58,7 @@ class VariantResult:
                 "gate_worst": self.gate_worst, "size_mib": self.size_mib, "items_per_s": dict(self.items_per_s)}
 
     @classmethod
-    def from_json(cls, data: Mapping, store: Path) -> "VariantResult":
+    def from_json(cls, data: Mapping, store: Path) -> VariantResult:
         archive = store / data["archive"] if data.get("archive") else None
         return cls(data["variant"], archive, data.get("gate"), data.get("gate_worst"), float(data["size_mib"]),
                    dict(data.get("items_per_s") or {}), rebuilt=False)
@@ -69,11 +70,11 @@ class BuildResult:
     archive: Path  # the default variant's (not built when `skipped` holds it)
     rebuilt: bool
     seconds: float = 0.0
-    variants: Tuple[VariantResult, ...] = ()  # the variants asked for
-    skipped: Tuple[str, ...] = ()  # variants not asked for: their archives and state left as they were
+    variants: tuple[VariantResult, ...] = ()  # the variants asked for
+    skipped: tuple[str, ...] = ()  # variants not asked for: their archives and state left as they were
 
     @property
-    def archives(self) -> Dict[str, Path]:
+    def archives(self) -> dict[str, Path]:
         """Variant -> archive, for the variants that passed the gate."""
         return {v.variant: v.archive for v in self.variants if v.archive is not None}
 
@@ -198,7 +199,7 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
                        seconds=time.perf_counter() - started, variants=results, skipped=skipped)
 
 
-def _asked_variants(entry: ModelEntry, only: Iterable[str]) -> Tuple[Variant, ...]:
+def _asked_variants(entry: ModelEntry, only: Iterable[str]) -> tuple[Variant, ...]:
     wanted = set(only)
     unknown = sorted(wanted - {v.name for v in entry.variants})
     if unknown:
@@ -207,7 +208,7 @@ def _asked_variants(entry: ModelEntry, only: Iterable[str]) -> Tuple[Variant, ..
     return tuple(v for v in entry.variants if v.name in wanted)
 
 
-def gate_judge(entry: ModelEntry, root: Path, progress) -> Optional["_Judge"]:
+def gate_judge(entry: ModelEntry, root: Path, progress) -> Optional[_Judge]:
     """Judges variants against the fp32 eager model (None where the entry has no eager model)."""
     if isinstance(entry.model, TorchScriptFile):
         return None

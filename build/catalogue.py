@@ -19,9 +19,10 @@ An entry is parsed on demand, so one broken entry never stops the others from bu
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any
 
 import yaml
 
@@ -48,7 +49,7 @@ class ExtraFile:
     name: str  # its name inside the archive
 
     @classmethod
-    def parse(cls, where: str, raw: Mapping[str, Any]) -> "ExtraFile":
+    def parse(cls, where: str, raw: Mapping[str, Any]) -> ExtraFile:
         source = FileSource.parse(where, raw, ("as",))
         name = str(raw.get("as", source.name))
         if "/" in name or name.startswith(".") or name in ("handlers", "hf"):
@@ -62,11 +63,11 @@ class ModelEntry:
     version: str
     family: str
     model: Any  # a build.sources source
-    variants: Tuple[Variant, ...]  # the first is the default, archived as <name>.mar
+    variants: tuple[Variant, ...]  # the first is the default, archived as <name>.mar
     gate: GateSpec
-    extra_files: Tuple[ExtraFile, ...]
+    extra_files: tuple[ExtraFile, ...]
     settings: Mapping[str, Any]  # runtime / profiler / <family>: the archive's handler section, checked
-    examples: Tuple[Any, ...]  # build.examples.Example
+    examples: tuple[Any, ...]  # build.examples.Example
     slo_ms: float
 
     @property
@@ -132,7 +133,7 @@ class Catalogue:
     raw_entries: Mapping[str, Any]
 
     @classmethod
-    def load(cls, path: Path) -> "Catalogue":
+    def load(cls, path: Path) -> Catalogue:
         try:
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as err:
@@ -143,10 +144,10 @@ class Catalogue:
         return cls(path=Path(path), raw_entries=dict(data["models"]))
 
     @property
-    def names(self) -> Tuple[str, ...]:
+    def names(self) -> tuple[str, ...]:
         return tuple(self.raw_entries)
 
-    def names_of(self, generating: bool) -> Tuple[str, ...]:
+    def names_of(self, generating: bool) -> tuple[str, ...]:
         """The models whose family generates (served step by step: causal_lm), or the others."""
         return tuple(n for n in self.names
                      if family_class(str(self.raw_entries[n].get("family"))).generates == generating)
@@ -157,5 +158,5 @@ class Catalogue:
             raise CatalogueError(f"no model {name!r} in {self.path} (known: {', '.join(self.names)})")
         return parse_entry(name, self.raw_entries[name])
 
-    def entries(self) -> Dict[str, ModelEntry]:
+    def entries(self) -> dict[str, ModelEntry]:
         return {name: self.entry(name) for name in self.names}

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from build.errors import CatalogueError
 from build.files import FileSource, only_keys
@@ -42,7 +43,7 @@ class Example:
     inline: Any  # the JSON value or the text, when there is no file
     content_type: str
     jpeg_quality: Optional[int]
-    top1: Tuple[str, ...]  # labels a correct top-1 answer may be (empty: not checked)
+    top1: tuple[str, ...]  # labels a correct top-1 answer may be (empty: not checked)
 
     @property
     def name(self) -> str:
@@ -92,7 +93,7 @@ def parse_example(where: str, raw: Any) -> Example:
     return Example(None, raw[kind], str(raw.get("content_type", default)), None, tuple(top1))
 
 
-def parse_examples(where: str, raw: Any) -> Tuple[Example, ...]:
+def parse_examples(where: str, raw: Any) -> tuple[Example, ...]:
     if not isinstance(raw, list):
         raise CatalogueError(f"{where}: expected a list of requests")
     return tuple(parse_example(f"{where}[{i}]", item) for i, item in enumerate(raw))
@@ -116,7 +117,7 @@ def worker_input(body: bytes, content_type: Optional[str]) -> Any:
     return body
 
 
-def requests(examples: Sequence[Example], root: Path) -> Tuple[Request, ...]:
+def requests(examples: Sequence[Example], root: Path) -> tuple[Request, ...]:
     return tuple(example.request(root) for example in examples)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 
@@ -24,7 +24,7 @@ from handlers.onnx_session import load_onnx
 from handlers.settings import HandlerSettings
 
 
-def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> Dict[str, Any]:
+def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> dict[str, Any]:
     """The archive's `handler:` section for one variant (the entry's default when none is named): the
     entry's settings, its family, the variant's graph and weights file and (for an eager archive)
     how to rebuild the architecture. Impossible combinations refused."""
@@ -66,7 +66,7 @@ def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> Dic
     return section
 
 
-def parse_settings(entry: ModelEntry, section: Dict[str, Any]) -> HandlerSettings:
+def parse_settings(entry: ModelEntry, section: dict[str, Any]) -> HandlerSettings:
     """Validate the section exactly as the worker will, so a bad key fails the build, not the server."""
     try:
         return HandlerSettings.from_mapping(section, where=f"model {entry.name!r} settings")
@@ -146,7 +146,7 @@ def trace(model: torch.nn.Module, family: Family, settings: HandlerSettings) -> 
         raise ExportError(f"TorchScript tracing failed: {err}") from None
 
 
-def smoke_test(entry: ModelEntry, family: Family, served: Path, settings: HandlerSettings, root: Path) -> Tuple[str, ...]:
+def smoke_test(entry: ModelEntry, family: Family, served: Path, settings: HandlerSettings, root: Path) -> tuple[str, ...]:
     """The archive's model on a batch of its family's examples and on each catalogue example, in
     this process, the worker's way: problems come out here, naming the entry, not in a server log."""
     where = f"model {entry.name!r}"

@@ -4,14 +4,15 @@ every catalogue mapping goes through (unknown keys named)."""
 from __future__ import annotations
 
 import importlib.resources
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 from build.errors import CatalogueError
 
 
-def only_keys(where: str, mapping: Any, allowed: Tuple[str, ...], required: Tuple[str, ...] = ()) -> None:
+def only_keys(where: str, mapping: Any, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
     if not isinstance(mapping, Mapping):
         raise CatalogueError(f"{where}: expected a mapping, got {type(mapping).__name__}")
     unknown = sorted(set(mapping) - set(allowed))
@@ -31,7 +32,7 @@ class FileSource:
     path: Optional[str]
 
     @classmethod
-    def parse(cls, where: str, raw: Mapping[str, Any], extra: Tuple[str, ...] = ()) -> "FileSource":
+    def parse(cls, where: str, raw: Mapping[str, Any], extra: tuple[str, ...] = ()) -> FileSource:
         only_keys(where, raw, ("package", "file", "path") + extra)
         if ("path" in raw) == ("package" in raw or "file" in raw):
             raise CatalogueError(f"{where}: give either 'path' (in the repository) or 'package' + 'file'")

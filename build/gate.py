@@ -18,9 +18,10 @@ Inputs go through the family's own decode and collate (exactly what a request be
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -37,15 +38,15 @@ GATE_BATCH = 8
 
 @dataclass(frozen=True)
 class GateSpec:
-    held_out: Tuple[FileSource, ...] = ()
-    calibration: Tuple[FileSource, ...] = ()
+    held_out: tuple[FileSource, ...] = ()
+    calibration: tuple[FileSource, ...] = ()
     min_cosine: float = 0.99
     top1_margin: float = 0.05
     atol: float = 1e-3
     rtol: float = 1e-2
 
     @classmethod
-    def parse(cls, where: str, raw: Any) -> "GateSpec":
+    def parse(cls, where: str, raw: Any) -> GateSpec:
         raw = raw or {}
         only_keys(where, raw, ("held_out", "calibration", "min_cosine", "top1_margin", "atol", "rtol"))
         lists = {}
@@ -94,8 +95,8 @@ class Verdict:
                 f"inputs, {which} {self.worst_input}")
 
 
-def gate_inputs(examples: Sequence[Example], spec: GateSpec, root: Path, where: str) -> Tuple[GateInput, ...]:
-    inputs: List[GateInput] = []
+def gate_inputs(examples: Sequence[Example], spec: GateSpec, root: Path, where: str) -> tuple[GateInput, ...]:
+    inputs: list[GateInput] = []
     for example in examples:
         request = example.request(root)
         inputs.append(GateInput(example.name, worker_input(request.body, request.content_type), request.content_type))
@@ -168,7 +169,7 @@ def judge(kind: str, spec: GateSpec, reference: torch.Tensor, candidate: torch.T
                    inputs[worst].name, len(inputs))
 
 
-def classes_agree(reference: torch.Tensor, candidate: torch.Tensor, margin: float) -> Tuple[np.ndarray, np.ndarray]:
+def classes_agree(reference: torch.Tensor, candidate: torch.Tensor, margin: float) -> tuple[np.ndarray, np.ndarray]:
     """Per input: does the candidate's top-1 pass (fp32's top-1 where fp32 leads by >= margin, else
     one of fp32's top-2); and a score to find the worst (lower is worse)."""
     probs = torch.softmax(reference.flatten(1), dim=1)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, List, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -30,8 +31,8 @@ class Separation:
     held_out: int
     calibration: int
     repeated_inside_held_out: int
-    shared_with_examples: Tuple[str, ...]
-    shared_with_calibration: Tuple[str, ...]
+    shared_with_examples: tuple[str, ...]
+    shared_with_calibration: tuple[str, ...]
 
     @property
     def apart(self) -> bool:
@@ -65,7 +66,7 @@ def key(value: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_inputs(path: Path) -> Iterable[Tuple[str, Any]]:
+def file_inputs(path: Path) -> Iterable[tuple[str, Any]]:
     """(name, value) of each input a held-out or calibration file holds."""
     suffix = path.suffix.lower()
     if suffix == ".txt":
@@ -94,7 +95,7 @@ def example_value(example: Example, root: Path) -> Any:
 
 def separation(examples: Sequence[Example], held_out: Sequence[FileSource], calibration: Sequence[FileSource],
                root: Path, where: str) -> Separation:
-    def inputs(files: Sequence[FileSource], what: str) -> List[Tuple[str, str]]:
+    def inputs(files: Sequence[FileSource], what: str) -> list[tuple[str, str]]:
         return [(name, key(value)) for i, source in enumerate(files)
                 for name, value in file_inputs(source.resolve(root, f"{where}.gate.{what}[{i}]"))]
 

@@ -15,8 +15,8 @@ import dataclasses
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Sequence
 
 import torch
 
@@ -36,7 +36,7 @@ def worst_case(verdict: gate.Verdict) -> float:
 
 
 def search(model: str, calibration: Sequence[Path], margin: float, max_steps: int, catalogue_path: Path,
-           say=print) -> List[str]:
+           say=print) -> list[str]:
     catalogue = Catalogue.load(catalogue_path)
     entry = catalogue.entry(model)
     settings = export.served_settings(entry)
@@ -55,12 +55,12 @@ def search(model: str, calibration: Sequence[Path], margin: float, max_steps: in
         candidates = list(matmul_nodes(fp32))
         needed = spec.min_cosine + margin  # embeddings; the other measures stop at a pass
 
-        def trial(keep: List[str]) -> gate.Verdict:
+        def trial(keep: list[str]) -> gate.Verdict:
             quantized = quantize_int8(fp32, work / "int8.onnx", keep)
             got = gate.run_outputs(load_onnx(quantized, torch.get_num_threads()), family, inputs)
             return gate.judge(kind, spec, expected, got, inputs)
 
-        keep: List[str] = []
+        keep: list[str] = []
         verdict = trial(keep)
         say(f"all {len(candidates)} MatMul/Gemm weights in int8: {verdict.summary}")
         while not _good_enough(verdict, kind, needed) and len(keep) < max_steps:

@@ -15,8 +15,8 @@ sensitive ones (`python -m build.int8_search` finds them on a calibration set).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, Tuple
 
 import torch
 
@@ -25,7 +25,7 @@ from build.errors import ExportError
 OPSET = 17
 
 
-def export_onnx(model: torch.nn.Module, example: Tuple[torch.Tensor, ...], target: Path) -> Path:
+def export_onnx(model: torch.nn.Module, example: tuple[torch.Tensor, ...], target: Path) -> Path:
     names = [f"input_{i}" for i in range(len(example))]
     dynamic = {name: ({0: "batch", 1: "sequence"} if not t.is_floating_point() and t.dim() >= 2 else {0: "batch"})
                for name, t in zip(names, example)}
@@ -59,7 +59,7 @@ def quantize_int8(source: Path, target: Path, keep_fp32: Sequence[str] = (), per
     return target
 
 
-def matmul_nodes(path: Path) -> Tuple[str, ...]:
+def matmul_nodes(path: Path) -> tuple[str, ...]:
     """The graph's MatMul/Gemm nodes that have a weight (an initializer) to quantise."""
     import onnx
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List
 
 from build.archive import BuildResult, VariantResult
 
 REPORT = "build_report"
 
 
-def lines(result: BuildResult) -> List[str]:
+def lines(result: BuildResult) -> list[str]:
     out = []
     for v in result.variants:
         where = v.archive.name if v.archive else "not archived"
@@ -36,7 +36,7 @@ def write(store: Path, results: Iterable[BuildResult]) -> Path:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         data = {}
-    models: Dict[str, list] = data.get("models", {})
+    models: dict[str, list] = data.get("models", {})
     for result in results:
         models[result.name] = _merged(models.get(result.name, []), result)
     data = {"written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "models": models}
@@ -54,7 +54,7 @@ def write(store: Path, results: Iterable[BuildResult]) -> Path:
     return path
 
 
-def _merged(old: List[dict], result: BuildResult) -> List[dict]:
+def _merged(old: list[dict], result: BuildResult) -> list[dict]:
     """The model's lines after this build: a variant it skipped keeps its earlier line, if any,
     in its earlier place."""
     new = {v.variant: v.to_json() for v in result.variants}
@@ -65,7 +65,7 @@ def _merged(old: List[dict], result: BuildResult) -> List[dict]:
     return kept + list(new.values())
 
 
-def read(store: Path) -> Dict[str, List[VariantResult]]:
+def read(store: Path) -> dict[str, list[VariantResult]]:
     """Model -> its variants' lines, from the last build (empty when none was written)."""
     try:
         data = json.loads((store / f"{REPORT}.json").read_text())

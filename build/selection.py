@@ -14,9 +14,10 @@ it may already be in the store. The example requests of what is served must be a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Tuple
+from typing import Optional
 
 from build.catalogue import Catalogue
 from build.errors import CatalogueError
@@ -26,7 +27,7 @@ LOAD_MODELS = "load_models"
 ARCHIVE_SUFFIX = ".mar"
 
 
-def load_models_items(value: str) -> Optional[Tuple[Tuple[str, str], ...]]:
+def load_models_items(value: str) -> Optional[tuple[tuple[str, str], ...]]:
     """TorchServe's load_models as (model name, archive) pairs, the name "" where an item gives
     the archive alone; None for `all`."""
     value = value.strip()
@@ -43,11 +44,11 @@ def load_models_items(value: str) -> Optional[Tuple[Tuple[str, str], ...]]:
 class Selection:
     """Entry name -> the variants to build (in the entry's order); archives no entry builds."""
 
-    variants: Mapping[str, Tuple[str, ...]]
-    foreign: Tuple[str, ...] = ()
+    variants: Mapping[str, tuple[str, ...]]
+    foreign: tuple[str, ...] = ()
 
     @property
-    def names(self) -> Tuple[str, ...]:
+    def names(self) -> tuple[str, ...]:
         return tuple(self.variants)
 
 

@@ -19,10 +19,11 @@ is loaded here only, from the user's own file, like their Python code, and serve
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 import torch
 
@@ -45,10 +46,10 @@ class Weights:
     trainer: Optional[str]  # repository path of a script with train(out) (build/training.py)
     format: str
     key_prefix: str  # prepended to every key, e.g. "model." when the architecture wraps the weights' module
-    ignore_keys: Tuple[str, ...]  # key prefixes the architecture has no use for
+    ignore_keys: tuple[str, ...]  # key prefixes the architecture has no use for
 
     @classmethod
-    def parse(cls, where: str, raw: Mapping[str, Any]) -> "Weights":
+    def parse(cls, where: str, raw: Mapping[str, Any]) -> Weights:
         options = ("format", "key_prefix", "ignore_keys")
         if "train" in raw:
             only_keys(where, raw, ("train", *options))
@@ -69,7 +70,7 @@ class Weights:
             return trained_weights(self.trainer, root, where)
         return self.source.resolve(root, where)
 
-    def state_dict(self, root: Path, where: str) -> Dict[str, torch.Tensor]:
+    def state_dict(self, root: Path, where: str) -> dict[str, torch.Tensor]:
         path = self.path(root, where)
         try:
             if self.format == "safetensors":
@@ -129,7 +130,7 @@ class PythonSource:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
 
-    def input_files(self, root: Path) -> List[Path]:
+    def input_files(self, root: Path) -> list[Path]:
         files = sorted((root / self.file).parent.rglob("*.py")) if self.file else []
         if self.weights.trainer is not None:  # the trained weights: what training_code says decides them
             return files + training_code(root / self.weights.trainer)
@@ -140,7 +141,7 @@ class PythonSource:
 class TorchScriptFile:
     source: FileSource
 
-    def input_files(self, root: Path) -> List[Path]:
+    def input_files(self, root: Path) -> list[Path]:
         return [self.source.resolve(root, "model.torchscript")]
 
 
@@ -155,7 +156,7 @@ class ExportedProgram:
         except Exception as err:  # noqa: BLE001 - not a loadable program: this entry's error
             raise CatalogueError(f"{where}: {path.name} is not a torch.export program: {err}") from None
 
-    def input_files(self, root: Path) -> List[Path]:
+    def input_files(self, root: Path) -> list[Path]:
         return [self.source.resolve(root, "model.exported")]
 
 
@@ -167,7 +168,7 @@ class _Exported(torch.nn.Module):
         super().__init__()
         self.program = program_module
 
-    def train(self, mode: bool = True) -> "_Exported":
+    def train(self, mode: bool = True) -> _Exported:
         self.training = mode
         return self
 
@@ -184,10 +185,10 @@ class HuggingFaceFolder:
     source: Optional[FileSource]
     trainer: Optional[str] = None
     auto: str = "AutoModel"
-    also: Tuple[str, ...] = ()  # more files of the folder packed beside the handler (a draft model, say)
+    also: tuple[str, ...] = ()  # more files of the folder packed beside the handler (a draft model, say)
 
     @classmethod
-    def parse(cls, where: str, raw: Mapping[str, Any], auto: str) -> "HuggingFaceFolder":
+    def parse(cls, where: str, raw: Mapping[str, Any], auto: str) -> HuggingFaceFolder:
         also = raw.get("also", [])
         if not isinstance(also, list) or not all(isinstance(name, str) and "/" not in name for name in also):
             raise CatalogueError(f"{where}.also: expected a list of file names of the folder, got {also!r}")
@@ -228,7 +229,7 @@ class HuggingFaceFolder:
                 raise CatalogueError(f"model.huggingface.also: {name!r} is not in {folder}")
             shutil.copy2(folder / name, content / name)
 
-    def input_files(self, root: Path) -> List[Path]:
+    def input_files(self, root: Path) -> list[Path]:
         if self.trainer is not None:  # the trained folder: what training_code says decides it
             return training_code(root / self.trainer)
         return sorted(p for p in self.folder(root).iterdir() if p.is_file())

@@ -4,8 +4,8 @@ thread budget a worker gets when workers share the cores), on the entry's first 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict
 
 import torch
 
@@ -20,7 +20,7 @@ SECONDS = 1.5  # per batch size: enough for a steady rate; tests and quick build
 
 
 def inprocess_speed(entry: ModelEntry, family: Family, load: Callable[[], Callable], settings: HandlerSettings,
-                    root: Path, seconds: float = SECONDS) -> Dict[str, float]:
+                    root: Path, seconds: float = SECONDS) -> dict[str, float]:
     """`load`: loads the served model; called on one thread (an ONNX session keeps the threads it is made with)."""
     if entry.examples:
         request = entry.examples[0].request(root)

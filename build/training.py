@@ -21,7 +21,6 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import List
 
 import torch
 
@@ -33,7 +32,7 @@ WEIGHTS = "weights.safetensors"
 REPORT = "training_report.json"
 
 
-def training_code(script: Path) -> List[Path]:
+def training_code(script: Path) -> list[Path]:
     """What decides a script's trained weights: the Python code of its folder. Data files beside it
     (examples, held-out sets, its training report) are what it writes, not what it reads."""
     return sorted(p for p in script.parent.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts)

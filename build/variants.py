@@ -12,8 +12,9 @@ its `serialisation` (and `settings.runtime.graph`), as before.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 from build.errors import CatalogueError
 from build.files import only_keys
@@ -27,7 +28,7 @@ class Kind:
     graph: str  # runtime.graph of its archive
     weights_file: str
     precision: Optional[str]  # forced runtime.precision; None: the entry's
-    options: Tuple[str, ...] = ()  # keys a catalogue entry may give it
+    options: tuple[str, ...] = ()  # keys a catalogue entry may give it
     about: str = ""
 
 
@@ -50,7 +51,7 @@ KINDS: Mapping[str, Kind] = {
 class Variant:
     name: str
     kind: Kind
-    keep_fp32: Tuple[str, ...] = ()  # onnx-int8: MatMul nodes left unquantised (the sensitive ones)
+    keep_fp32: tuple[str, ...] = ()  # onnx-int8: MatMul nodes left unquantised (the sensitive ones)
     per_channel: bool = True
     default: bool = False  # the entry's first: archived as <name>.mar
 
@@ -85,7 +86,7 @@ def parse_variant(where: str, raw: Any, default: bool) -> Variant:
     return Variant(name, kind, tuple(keep), per_channel, default)
 
 
-def parse_variants(where: str, raw: Any, serialisation: Optional[str], graph: Optional[str]) -> Tuple[Variant, ...]:
+def parse_variants(where: str, raw: Any, serialisation: Optional[str], graph: Optional[str]) -> tuple[Variant, ...]:
     """The entry's variants; without a `variants` list, the one its serialisation (and graph) name."""
     if raw is None:
         if serialisation == "torchscript":

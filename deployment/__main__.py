@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
-from serving.repo import REPO_ROOT
 from deployment import image, inputs, k8s, kserve, plan, validate
 from deployment.errors import DeployError
+from serving.repo import REPO_ROOT
 
 
 def say(message: str) -> None:

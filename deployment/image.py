@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, Tuple
 
-from serving.properties import format_properties
-from serving.ts_config import format_models
 from deployment.inputs import Inputs
 from deployment.layout import HOME, IMAGE, KEY_FILE, PROBE, UID, USER, Layout
+from serving.properties import format_properties
+from serving.ts_config import format_models
 
 # python:3.11-slim now follows Debian 13 (trixie), which has no openjdk-17 package; bookworm has it.
 BASE_IMAGE = "python:3.11-slim-bookworm"
@@ -20,7 +20,7 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 INIT = ("tini", "-g", "--")
 
 
-def torchserve_argv(layout: Layout) -> Tuple[str, ...]:
+def torchserve_argv(layout: Layout) -> tuple[str, ...]:
     """The server's argv: in the foreground (the container lives as long as it does), our file
     named explicitly, and --ncs so no logs/config snapshot is written or preferred on restart."""
     return ("torchserve", "--foreground", "--model-store", layout.model_store, "--ts-config", layout.config, "--ncs")
@@ -67,7 +67,7 @@ def config_text(inputs: Inputs, layout: Layout, title: str, extra: Mapping[str, 
     return format_properties(server_properties(inputs, layout, extra), header)
 
 
-def _copy_line(sources: Tuple[str, ...], dest: str) -> str:
+def _copy_line(sources: tuple[str, ...], dest: str) -> str:
     return "COPY " + " ".join(sources) + f" {dest}"
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Tuple
 
-from serving.errors import ConfigError
-from serving.ts_config import ModelEntry, ServerConfig
 from benchmarks.tune.errors import TuneError
+from deployment.errors import DeployError
+from serving.errors import ConfigError
 from serving.mix_record import MixRecord, read_mix
 from serving.plan_check import record_mismatches
-from deployment.errors import DeployError
+from serving.ts_config import ModelEntry, ServerConfig
 
 TUNE_FIX = 'make tune MIX=minilm=0.7,efficientnet_lite0=0.3'
 
@@ -21,11 +21,11 @@ class Inputs:
     repo: Path
     config: ServerConfig
     mix: MixRecord
-    entries: Tuple[ModelEntry, ...]  # models= entries of the mix's models, in the record's order
+    entries: tuple[ModelEntry, ...]  # models= entries of the mix's models, in the record's order
     archives: Mapping[str, Path]  # model name -> its built .mar
 
     @property
-    def names(self) -> Tuple[str, ...]:
+    def names(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.mix.models)
 
 

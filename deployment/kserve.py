@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any
 
 import yaml
 
@@ -31,13 +31,13 @@ STORAGE_URI = "pvc://REPLACE_PVC_NAME/model-root"  # placeholder: where model-ro
 KSERVE_PROPERTIES = {"enable_envvars_config": "false"}
 
 
-def runtime_argv() -> Tuple[str, ...]:
+def runtime_argv() -> tuple[str, ...]:
     """What the predictor container runs: the runtime's --model-store/--ts-config, in our image,
     in the foreground (KServe's own image wraps --start in a shell that stays alive; ours does not)."""
     return image.torchserve_argv(KSERVE)
 
 
-def inference_service(inputs: Inputs) -> Dict[str, Any]:
+def inference_service(inputs: Inputs) -> dict[str, Any]:
     argv = runtime_argv()
     return {
         "apiVersion": "serving.kserve.io/v1beta1",

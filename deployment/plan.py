@@ -11,11 +11,12 @@ and scales on CPU at a target of (1 - headroom): the same margin, seen from the 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from typing import Optional
 
-from serving.mix_record import MixRecord
 from deployment.errors import DeployError
+from serving.mix_record import MixRecord
 
 DEFAULT_HEADROOM = 0.3
 # Above the planned rate the HPA may go this far: a 2x surge before requests queue past the SLO.
@@ -91,7 +92,7 @@ def parse_mix(text: str) -> dict[str, float]:
 def check_mix(wanted: Mapping[str, float], mix: MixRecord) -> None:
     """The traffic asked for must be the traffic tuned for: capacity depends on the shares."""
     tuned = mix.shares
-    off: Tuple[str, ...] = tuple(
+    off: tuple[str, ...] = tuple(
         f"{n}: asked {wanted.get(n, 0):g}, tuned {tuned.get(n, 0):g}" for n in sorted(set(wanted) | set(tuned))
         if abs(wanted.get(n, 0) - tuned.get(n, 0)) > SHARE_TOLERANCE)
     if off:

@@ -7,20 +7,20 @@ config.properties parse and keep token auth on."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, List
 
 import jsonschema
 import yaml
 
-from serving.ts_config import ServerConfig
 from deployment.errors import DeployError, ValidationFailed
+from serving.ts_config import ServerConfig
 
 KUBERNETES_VERSION = "1.33.0"
 ISVC_SCHEMA = Path(__file__).with_name("inferenceservice.schema.json")
 
 
-def _docs(path: Path) -> List[dict]:
+def _docs(path: Path) -> list[dict]:
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except yaml.YAMLError as exc:

@@ -8,14 +8,14 @@ TorchServe takes the one class this module defines as the handler.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 from handlers.errors import ConfigError
 from handlers.handler import Handler
 
 
 class AsyncHandler(Handler):
-    async def handle(self, data: Optional[List[Any]], context) -> Optional[List[bytes]]:
+    async def handle(self, data: Optional[list[Any]], context) -> Optional[list[bytes]]:
         if data is None:
             return None
         if self.generation is None or not hasattr(self.generation, "loop"):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 JSON = "application/json"
 

@@ -19,10 +19,11 @@ Relative paths are resolved against the frontend's working directory, as the JVM
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 import psutil
 

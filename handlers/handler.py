@@ -15,7 +15,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 
@@ -119,7 +119,7 @@ class Handler:
             threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
         )
 
-    def _thread_budget(self, context, yaml_config: Dict[str, Any]) -> Tuple[int, str]:
+    def _thread_budget(self, context, yaml_config: dict[str, Any]) -> tuple[int, str]:
         """Threads from the configuration the frontend started from, however it was started."""
         server = frontend.find_frontend()
         source = frontend.locate(server) if server is not None else None
@@ -175,7 +175,7 @@ class Handler:
         return model
 
     # ---- the request loop ------------------------------------------------------------------
-    def handle(self, data: Optional[List[Any]], context) -> Optional[List[Any]]:
+    def handle(self, data: Optional[list[Any]], context) -> Optional[list[Any]]:
         if data is None:
             return None
         if self.generation is not None:
@@ -185,15 +185,15 @@ class Handler:
                 self.profiler.step()  # one decoding step (continuous batching) or one whole batch
             return answers
         clock = StageClock()
-        results: List[Optional[bytes]] = [None] * len(data)
+        results: list[Optional[bytes]] = [None] * len(data)
         keys, todo, same_as = self._cached(data, context, results)
         # Per accepted request: (its index, its envelope or None, where its items start, how many).
-        spans: List[Tuple[int, Optional[kserve.Envelope], int, int]] = []
-        items: List[Any] = []
+        spans: list[tuple[int, Optional[kserve.Envelope], int, int]] = []
+        items: list[Any] = []
 
         started = clock.start()
         with region(self.profiler, "preprocess"):
-            refused: Dict[int, HandlerError] = {}
+            refused: dict[int, HandlerError] = {}
             for idx, outcome in zip(todo, self.decode_all(data, context, todo)):
                 if isinstance(outcome, HandlerError):
                     refused[idx] = outcome
@@ -225,7 +225,7 @@ class Handler:
         return results
 
     # ---- the response cache -----------------------------------------------------------------
-    def _cached(self, data: List[Any], context, results: List[Optional[bytes]]):
+    def _cached(self, data: list[Any], context, results: list[Optional[bytes]]):
         """Answer the requests the cache has; returns each cacheable request's key, the indices still
         to compute, and for each repeat in the batch the index of the first like it (computed once)."""
         if self.response_cache is None:
@@ -261,7 +261,7 @@ class Handler:
                 self.response_cache.put(key, results[idx])
         emit_cache(getattr(context, "metrics", None), self.model_name, self.response_cache)
 
-    def decode_all(self, data: List[Any], context, indices: Optional[List[int]] = None) -> List[Any]:
+    def decode_all(self, data: list[Any], context, indices: Optional[list[int]] = None) -> list[Any]:
         """Each request decoded on its own: (its KServe envelope or None for /predictions, its items:
         one per instance), or the HandlerError that rejects it alone (`indices`: only these)."""
 
@@ -305,7 +305,7 @@ class Handler:
                 outcomes.append(failed[1] if envelope is None else kserve.instance_error(failed[1], failed[0]))
         return outcomes
 
-    def decode_each(self, data: List[Any], context, indices: List[int]) -> List[Any]:
+    def decode_each(self, data: list[Any], context, indices: list[int]) -> list[Any]:
         """Each request decoded by the family on its own: the item, or the HandlerError rejecting it."""
         outcomes = []
         for request, idx in zip(data, indices):
@@ -325,7 +325,7 @@ class Handler:
         with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):
             return self.model(*tensors)
 
-    def encode(self, context, idx: int, answers: List[Any], envelope: Optional[kserve.Envelope] = None) -> bytes:
+    def encode(self, context, idx: int, answers: list[Any], envelope: Optional[kserve.Envelope] = None) -> bytes:
         """Bytes, so that TorchServe sends them as they are (see handlers/encoding.py): a /predictions
         request's one answer as it is, a KServe request's answers wrapped in its protocol."""
         if envelope is None:

@@ -24,8 +24,9 @@ import binascii
 import json
 import math
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Envelope:
     """One KServe request, unwrapped: what its instances are and how to answer it."""
 
     protocol: str  # "v1" or "v2"
-    bodies: Tuple[Tuple[Any, str], ...]  # per instance: (body, content type), as a family's decode takes them
+    bodies: tuple[tuple[Any, str], ...]  # per instance: (body, content type), as a family's decode takes them
     request_id: Optional[str] = None  # v2's "id", echoed in the answer
 
 
@@ -124,7 +125,7 @@ def _v1(instances: Any, input_kind: str) -> Envelope:
     return Envelope("v1", tuple(_v1_instance(inst, f"instances[{i}]", input_kind) for i, inst in enumerate(instances)))
 
 
-def _v1_instance(instance: Any, where: str, input_kind: str) -> Tuple[Any, str]:
+def _v1_instance(instance: Any, where: str, input_kind: str) -> tuple[Any, str]:
     if input_kind == "bytes":
         # The KServe / TF-serving convention for binary data is {"b64": ...}; TorchServe's kserve
         # examples send {"data": ...}.
@@ -187,16 +188,16 @@ def _v2(payload: dict, input_kind: str) -> Envelope:
     return Envelope("v2", bodies, request_id)
 
 
-def _flat(data: list, depth: int = 0) -> List[Any]:
+def _flat(data: list, depth: int = 0) -> list[Any]:
     if depth > 32:
         raise BadInput("inputs[0].data: nested deeper than 32 levels")
-    out: List[Any] = []
+    out: list[Any] = []
     for value in data:
         out.extend(_flat(value, depth + 1) if isinstance(value, list) else (value,))
     return out
 
 
-def _v2_bytes(data: list, shape: List[int], input_kind: str) -> Tuple[Tuple[Any, str], ...]:
+def _v2_bytes(data: list, shape: list[int], input_kind: str) -> tuple[tuple[Any, str], ...]:
     """BYTES: one string per instance (shape [n], or [n, 1, ...])."""
     strings = _flat(data)
     if math.prod(shape) != shape[0]:
@@ -216,7 +217,7 @@ def _v2_bytes(data: list, shape: List[int], input_kind: str) -> Tuple[Tuple[Any,
     return tuple(bodies)
 
 
-def _v2_numbers(data: list, shape: List[int], datatype: str, input_kind: str) -> Tuple[Tuple[Any, str], ...]:
+def _v2_numbers(data: list, shape: list[int], datatype: str, input_kind: str) -> tuple[tuple[Any, str], ...]:
     """Numbers: n instances of shape[1:], flat or nested, handed on in the tensor JSON form
     {"data": [flat], "shape": [...]} that a family of input_kind "tensor" reads (base.py)."""
     if input_kind != "tensor":
@@ -259,7 +260,7 @@ def instance_error(err: HandlerError, index: int) -> HandlerError:
     return type(err)(f"instances[{index}]: {err.message}")
 
 
-def wrap(envelope: Envelope, answers: List[Any], model_name: str) -> dict:
+def wrap(envelope: Envelope, answers: list[Any], model_name: str) -> dict:
     """The family's answers (one per instance, each what /predictions returns) in the request's protocol."""
     if envelope.protocol == "v1":
         return {"predictions": answers}

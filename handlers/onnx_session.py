@@ -10,7 +10,6 @@ NumPy views (no copy: the collated tensors are contiguous CPU tensors).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Tuple
 
 import torch
 
@@ -22,7 +21,7 @@ class OnnxModule:
 
     def __init__(self, session) -> None:
         self.session = session
-        self.input_names: Tuple[str, ...] = tuple(i.name for i in session.get_inputs())
+        self.input_names: tuple[str, ...] = tuple(i.name for i in session.get_inputs())
         self.output_name = session.get_outputs()[0].name
 
     @property
@@ -38,7 +37,7 @@ class OnnxModule:
         (output,) = self.session.run([self.output_name], feeds)
         return torch.from_numpy(output)
 
-    def eval(self) -> "OnnxModule":  # the build's loaders treat every served model alike
+    def eval(self) -> OnnxModule:  # the build's loaders treat every served model alike
         return self
 
 

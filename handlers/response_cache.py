@@ -14,8 +14,9 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 from handlers.errors import ConfigError
 
@@ -65,7 +66,7 @@ class ResponseCache:
         self.max_entries = settings.max_entries
         self.ttl_s = settings.ttl_s
         self.clock = clock
-        self.entries: "OrderedDict[bytes, Tuple[bytes, float]]" = OrderedDict()  # key -> (answer, stored at)
+        self.entries: OrderedDict[bytes, tuple[bytes, float]] = OrderedDict()  # key -> (answer, stored at)
         self.nbytes = 0
         self.counts = CacheCounts()
 
@@ -102,8 +103,8 @@ class ResponseCache:
         return counts
 
 
-def coalesce(keys: List[Optional[bytes]]) -> Dict[int, int]:
+def coalesce(keys: list[Optional[bytes]]) -> dict[int, int]:
     """For each request of a batch with a key, the index of the first request with the same key
     (itself if it is the first): only those are computed, the others are answered the same."""
-    first: Dict[bytes, int] = {}
+    first: dict[bytes, int] = {}
     return {idx: first.setdefault(key, idx) for idx, key in enumerate(keys) if key is not None}

@@ -6,8 +6,9 @@ import contextlib
 import gc
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional
+from typing import Optional
 
 import psutil
 import torch

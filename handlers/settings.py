@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Optional
 
 from handlers.errors import ConfigError
 from handlers.families import family_class
@@ -118,7 +119,7 @@ class HandlerSettings:
     response_cache: ResponseCacheSettings = field(default_factory=ResponseCacheSettings)  # off by default
 
     @classmethod
-    def from_mapping(cls, section: Optional[Mapping[str, Any]], where: str = "handler") -> "HandlerSettings":
+    def from_mapping(cls, section: Optional[Mapping[str, Any]], where: str = "handler") -> HandlerSettings:
         section = dict(section or {})
         name = section.get("family")
         if not isinstance(name, str):

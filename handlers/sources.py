@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict
 
 STAGES = ("preprocess", "inference", "postprocess")
 STAGE_METRIC = {stage: f"Handler{stage.capitalize()}Ms" for stage in STAGES}
@@ -20,7 +19,7 @@ ITEMS_METRIC = "HandlerItems"
 class StageClock:
     """Times the stages of one batch."""
 
-    elapsed_ms: Dict[str, float] = field(default_factory=dict)
+    elapsed_ms: dict[str, float] = field(default_factory=dict)
 
     def start(self) -> float:
         return time.perf_counter()

@@ -9,9 +9,10 @@ type InvalidKeyException (not 401/403). The metrics API (/metrics) needs no key.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import requests
 
@@ -27,7 +28,7 @@ class Tokens:
     api: str = ""
 
     @classmethod
-    def from_key_file(cls, path: Path) -> "Tokens":
+    def from_key_file(cls, path: Path) -> Tokens:
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
             return cls(

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 import yaml
 
 
 class FakeMetrics:
     def __init__(self):
-        self.calls: List[Tuple[str, str, float, dict]] = []
+        self.calls: list[tuple[str, str, float, dict]] = []
 
     def add_time(self, name, value, idx=None, unit="ms", dimensions=(), metric_type=None):
         self.calls.append(("time", name, value, {d.name: d.value for d in dimensions}))
@@ -44,13 +44,13 @@ class FakeContext:
         self.model_yaml_config = config
         self.system_properties = {"model_dir": str(model_dir), "gpu_id": None, "batch_size": batch_size}
         self.metrics = FakeMetrics()
-        self.headers: Dict[int, Dict[str, str]] = {}
-        self.statuses: Dict[int, Tuple[int, str]] = {}
-        self.content_types: Dict[int, str] = {}
-        self.request_ids: Dict[int, str] = {}  # idx -> request id, as TorchServe sets per call
+        self.headers: dict[int, dict[str, str]] = {}
+        self.statuses: dict[int, tuple[int, str]] = {}
+        self.content_types: dict[int, str] = {}
+        self.request_ids: dict[int, str] = {}  # idx -> request id, as TorchServe sets per call
         self.stopping_criteria = None
 
-    def get_all_request_header(self, idx: int) -> Dict[str, str]:
+    def get_all_request_header(self, idx: int) -> dict[str, str]:
         return self.headers.get(idx, {})
 
     def set_response_status(self, code: int = 200, phrase: str = "", idx: int = 0):

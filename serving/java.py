@@ -14,9 +14,10 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Mapping
+from typing import Literal
 
 from serving.errors import LauncherError
 

@@ -38,21 +38,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import psutil
 import requests
 
+from handlers import frontend
 from serving import java, processes, properties, ts_logs
 from serving.client import Body, Client, Endpoints, Tokens
 from serving.errors import LauncherError, StartupError
 from serving.launch_spec import LOCAL_STORE, LaunchSpec, StartCommand, frozen
 from serving.repo import DEFAULT_CONFIG
 from serving.ts_config import ModelEntry, ModelSettings, ServerConfig
-from handlers import frontend
 
 MARKER_ENV = "TS_LAUNCHER_RUN"
 # Fail fast instead of waiting out the timeout when a model keeps failing to load.
@@ -123,7 +124,7 @@ class TorchServe:
         self._old_sigterm: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def __enter__(self) -> "TorchServe":
+    def __enter__(self) -> TorchServe:
         self._install_sigterm()
         try:
             self.start()
@@ -138,7 +139,7 @@ class TorchServe:
         finally:
             self._restore_sigterm()
 
-    def start(self) -> "TorchServe":
+    def start(self) -> TorchServe:
         if self._run is not None:
             raise LauncherError("this TorchServe is already started")
         base = ServerConfig.load(self.spec.base_config)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 from serving.errors import ConfigError
 
@@ -45,7 +45,7 @@ class ModelShare:
 
 @dataclass(frozen=True)
 class MixRecord:
-    models: Tuple[ModelShare, ...]
+    models: tuple[ModelShare, ...]
     capacity_rps: float  # total requests/s one server answers in this mix, every model within its SLO
     baseline_rps: Optional[float]  # the same mix on the per-model-alone values, same run
     cores: int  # the budget: sum of workers x threads over the mix's models
@@ -54,24 +54,24 @@ class MixRecord:
     report: str
     machine: str
     # Every model the server loaded while it was measured (the mix's and idle ones); empty: not recorded.
-    loaded: Tuple[str, ...] = ()
+    loaded: tuple[str, ...] = ()
 
     @property
-    def shares(self) -> Dict[str, float]:
+    def shares(self) -> dict[str, float]:
         return {m.name: m.share for m in self.models}
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, raw: dict) -> "MixRecord":
+    def from_json(cls, raw: dict) -> MixRecord:
         try:
             models = tuple(ModelShare(**m) for m in raw["models"])
             return cls(**{**raw, "models": models, "loaded": tuple(raw.get("loaded", ()))})
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"mix record: {exc} (re-tune with python -m benchmarks.tune --mix ...)") from exc
 
-    def lines(self) -> Tuple[str, ...]:
+    def lines(self) -> tuple[str, ...]:
         parts = ", ".join(f"{m.name} {m.share:.0%} (p99 <= {m.slo_ms:g} ms)" for m in self.models)
         baseline = "" if self.baseline_rps is None else (
             f"; the per-model-alone values in this mix: {self.baseline_rps:.1f} req/s")

@@ -11,7 +11,7 @@ Two things can make it untrue:
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 from serving.mix_record import MixRecord, ModelShare
 from serving.ts_config import ModelEntry, ServerConfig
@@ -19,7 +19,7 @@ from serving.ts_config import ModelEntry, ServerConfig
 MIX_FIX = "make tune MIX=<model>=<share>,... naming every model load_models loads"
 
 
-def record_mismatches(entry: ModelEntry, share: ModelShare) -> List[str]:
+def record_mismatches(entry: ModelEntry, share: ModelShare) -> list[str]:
     """The models= values of one model that differ from those its mix record was measured with."""
     s = entry.settings
     found = {"minWorkers": s.min_workers, "maxWorkers": s.max_workers, "threads": s.threads,
@@ -35,10 +35,10 @@ def planned_threads(entry: ModelEntry) -> int:
     return entry.settings.min_workers * (entry.settings.threads or 1)
 
 
-def plan_problems(config: ServerConfig, loaded: List[str], record: Optional[MixRecord], cores: int) -> List[str]:
+def plan_problems(config: ServerConfig, loaded: list[str], record: Optional[MixRecord], cores: int) -> list[str]:
     """Why the written plan does not hold for the models `loaded` on `cores` cores; empty when it does."""
     by_name = {e.name: e for e in config.models}
-    problems: List[str] = []
+    problems: list[str] = []
     if record is not None:
         mixed = {m.name for m in record.models}
         if not record.loaded:

@@ -7,7 +7,8 @@ import os
 import signal
 import socket
 import threading
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import psutil
 

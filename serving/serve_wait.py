@@ -18,9 +18,9 @@ from handlers.runtime import usable_cores
 from serving import processes
 from serving.client import Client, Endpoints, Tokens
 from serving.errors import ApiError, ConfigError, LauncherError
-from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
 from serving.mix_record import read_mix
 from serving.plan_check import plan_problems
+from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
 from serving.ts_config import ServerConfig, archive_model_name
 
 

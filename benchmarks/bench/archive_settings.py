@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 import json
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import yaml
 

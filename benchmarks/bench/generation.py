@@ -18,9 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
 
-from serving.fake_context import FakeContext
 from benchmarks.bench import generation_features as features
 from benchmarks.bench import generation_modes as modes
 from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
@@ -28,6 +26,7 @@ from benchmarks.bench.inprocess import extracted_archive
 from benchmarks.load import stats
 from benchmarks.load.generation import Generators
 from serving.errors import BenchmarkError
+from serving.fake_context import FakeContext
 from serving.launcher import TorchServe
 from serving.repo import MODEL_STORE, REPORTS, shown
 from serving.ts_config import ModelSettings
@@ -48,7 +47,7 @@ def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
         handler.initialize(FakeContext(model_dir, model, batch_size=8, handler_overrides={"causal_lm": PLAIN}))
         engine, family = handler.generation.engine, handler.family
         request = family.decode({"prompt": PROMPTS[0], "max_new_tokens": new_tokens, "ignore_eos": True}, "")
-        rates: Dict[str, List[float]] = {"kv_cache": [], "recompute": []}
+        rates: dict[str, list[float]] = {"kv_cache": [], "recompute": []}
         same = True
         for r in range(repeats):
             started = time.perf_counter()

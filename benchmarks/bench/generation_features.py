@@ -13,12 +13,11 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Dict, List
 
 from benchmarks.bench.archive_settings import with_handler_settings
-from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.bench.generation_modes import MODES as GENERATION_MODES
 from benchmarks.bench.generation_modes import settings_for
+from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.load import stats
 from benchmarks.load.generation import Generators, generate
 from serving.errors import BenchmarkError
@@ -56,7 +55,7 @@ def inprocess_speculation(handler, model_dir: Path, new_tokens: int, repeats: in
     out = {}
     for label, prompt in (("plain", PROMPTS[0]), ("repeats its context", repeated_paragraph_prompt())):
         request = family.decode({"prompt": prompt, "max_new_tokens": new_tokens, "ignore_eos": True}, "")
-        rates: Dict[str, List[float]] = {mode: [] for mode in SPECULATION}
+        rates: dict[str, list[float]] = {mode: [] for mode in SPECULATION}
         last = {}
         for _ in range(repeats):
             for mode, engine in engines.items():
@@ -215,7 +214,7 @@ def add_arguments(parser) -> None:
 
 
 # ---- report -------------------------------------------------------------------------------------
-def markdown(report: dict) -> List[str]:
+def markdown(report: dict) -> list[str]:
     if "further" not in report:
         return []
     spec, sv = report["inprocess"]["speculation"], report["further"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import List
 
 from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
@@ -90,7 +89,7 @@ def compare(model: str, args, inprocess_tokens_per_s: dict) -> dict:
     return out
 
 
-def markdown(report: dict) -> List[str]:
+def markdown(report: dict) -> list[str]:
     m = report.get("modes_compared")
     if not m:
         return []

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import List
 
 from benchmarks.load.generation import GenerationResult, generate
 from benchmarks.load.stats import percentile
@@ -29,7 +28,7 @@ def body(i: int, new_tokens: int) -> dict:
 def throughput(server: TorchServe, model: str, clients: int, new_tokens: int, rounds: int,
                timeout_s: float = 300.0) -> dict:
     """`clients` closed-loop clients, each generating `new_tokens` tokens `rounds` times."""
-    def client(c: int) -> List[GenerationResult]:
+    def client(c: int) -> list[GenerationResult]:
         return [generate(server.client, model, body(c + i, new_tokens), timeout_s=timeout_s) for i in range(rounds)]
 
     started = time.perf_counter()
@@ -52,7 +51,7 @@ def throughput(server: TorchServe, model: str, clients: int, new_tokens: int, ro
             "inter_chunk_count": len(gaps)}
 
 
-def probes(server: TorchServe, model: str, count: int) -> List[GenerationResult]:
+def probes(server: TorchServe, model: str, count: int) -> list[GenerationResult]:
     """Short streamed requests, one after another."""
     out = []
     for i in range(count):
@@ -63,7 +62,7 @@ def probes(server: TorchServe, model: str, count: int) -> List[GenerationResult]
     return out
 
 
-def ttft_figures(results: List[GenerationResult]) -> dict:
+def ttft_figures(results: list[GenerationResult]) -> dict:
     values = sorted(1000 * r.ttft_s for r in results)
     return {"count": len(values), "p50_ms": round(percentile(values, 50), 2), "p90_ms": round(percentile(values, 90), 2),
             "p99_ms": round(percentile(values, 99), 2), "max_ms": round(values[-1], 2), "values_ms": [round(v, 2) for v in values]}

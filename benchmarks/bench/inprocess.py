@@ -19,17 +19,18 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from benchmarks.load.inputs import worker_requests
-from serving.errors import BenchmarkError
-from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT, REPORTS
 from build.catalogue import Catalogue
 from build.errors import BuildError
 from handlers.families import family_class
 from handlers.handler import Handler
+from serving.errors import BenchmarkError
+from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT, REPORTS
 
 EAGER = "eager"
 _NAIVE_RUNTIME = {"precision": "fp32", "channels_last": False, "preprocess_threads": 1}
@@ -41,11 +42,11 @@ class Setting:
 
     name: str
     variant: str
-    overrides: Dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
     default: bool = False  # the catalogue's default variant: what the others are also compared with
 
 
-def settings_to_run(model: str) -> List[Setting]:
+def settings_to_run(model: str) -> list[Setting]:
     """The naive path first (what everything is compared with), eager with the family's settings,
     then every variant of the catalogue entry."""
     entry = Catalogue.load(CATALOGUE).entry(model)
@@ -73,7 +74,7 @@ class Measurement:
     items_per_s: float
     batches: int
     seconds: float
-    stage_ms_per_batch: Dict[str, float] = field(default_factory=dict)
+    stage_ms_per_batch: dict[str, float] = field(default_factory=dict)
     ratio_to_naive: float = 1.0
     ratio_to_default: Optional[float] = None  # to the catalogue's default variant, same batch size
     gate: Optional[str] = None  # the build's accuracy gate verdict for this archive
@@ -88,11 +89,11 @@ def extracted_archive(model: str, variant: Optional[str], into: Path) -> Path:
     return model_dir
 
 
-def extracted_variant(model: str, variant: Optional[str], into: Path) -> Tuple[Optional[Path], Optional[str]]:
+def extracted_variant(model: str, variant: Optional[str], into: Path) -> tuple[Optional[Path], Optional[str]]:
     """(the extracted archive or None when the gate rejected it, the gate's verdict): a catalogue
     variant from model_store (built if stale), or one built on the side (the eager rows)."""
-    from serving.fake_context import extract
     from build.archive import build_entry
+    from serving.fake_context import extract
 
     catalogue = Catalogue.load(CATALOGUE)
     store = MODEL_STORE
@@ -107,7 +108,7 @@ def extracted_variant(model: str, variant: Optional[str], into: Path) -> Tuple[O
     return extract(line.archive, into / f"{model}-{variant}"), line.gate
 
 
-def measure(handler, context, requests: Sequence[Tuple[Any, str]], batch_size: int, seconds: float) -> Measurement:
+def measure(handler, context, requests: Sequence[tuple[Any, str]], batch_size: int, seconds: float) -> Measurement:
     """Whole-handler throughput over a cycling set of real requests, after two warm batches. A
     request the handler refuses stops the measurement: timing rejections would flatter the model."""
     picks = [[(b * batch_size + i) % len(requests) for i in range(batch_size)] for b in range(8)]
@@ -149,10 +150,10 @@ def run_variant(model: str, model_dir: Path, overrides: dict, batch_size: int, t
     return measure(handler, context, worker_requests(model), batch_size, seconds)
 
 
-def run(models: List[str], batch_sizes: Sequence[int], threads: int, seconds: float, only: Optional[List[str]] = None,
-        progress=print) -> Dict[str, List[Measurement]]:
+def run(models: list[str], batch_sizes: Sequence[int], threads: int, seconds: float, only: Optional[list[str]] = None,
+        progress=print) -> dict[str, list[Measurement]]:
     """Every setting of every model at every batch size, in this one process (so the ratios compare)."""
-    results: Dict[str, List[Measurement]] = {}
+    results: dict[str, list[Measurement]] = {}
     with tempfile.TemporaryDirectory(prefix="inprocess-") as tmp:
         for model in models:
             rows = []
@@ -180,7 +181,7 @@ def run(models: List[str], batch_sizes: Sequence[int], threads: int, seconds: fl
     return results
 
 
-def write_report(results: Dict[str, List[Measurement]], args: argparse.Namespace) -> Path:
+def write_report(results: dict[str, list[Measurement]], args: argparse.Namespace) -> Path:
     from benchmarks.load.environment import describe_environment
 
     folder = REPORTS / f"inprocess-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -197,7 +198,7 @@ def write_report(results: Dict[str, List[Measurement]], args: argparse.Namespace
     return folder
 
 
-def markdown(results: Dict[str, List[Measurement]], report: dict) -> str:
+def markdown(results: dict[str, list[Measurement]], report: dict) -> str:
     """One table per model: items/s, the ratios, and where a batch's time goes (the handler's stage metrics)."""
     lines = [f"# In-process handler throughput ({time.strftime('%Y-%m-%d %H:%M')})", "",
              f"`{report['command']}`: {report['threads']} intra-op thread(s), {report['seconds_per_variant']} s per "
@@ -216,7 +217,7 @@ def markdown(results: Dict[str, List[Measurement]], report: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(results: Dict[str, List[Measurement]], path: Path, args) -> None:
+def plot(results: dict[str, list[Measurement]], path: Path, args) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -17,14 +17,13 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List
 
 import torch
 
-from serving.errors import BenchmarkError
-from serving.repo import CATALOGUE, REPORTS, shown
 from build.catalogue import Catalogue
 from build.errors import BuildError
+from serving.errors import BenchmarkError
+from serving.repo import CATALOGUE, REPORTS, shown
 
 RUNS = 30
 
@@ -45,7 +44,7 @@ def batch_of(model: str, model_dir: Path, size: int):
     return settings, family.model_inputs(batch)
 
 
-def onnx_ops(model_dir: Path, settings, batch) -> Dict[str, float]:
+def onnx_ops(model_dir: Path, settings, batch) -> dict[str, float]:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -68,7 +67,7 @@ def onnx_ops(model_dir: Path, settings, batch) -> Dict[str, float]:
     return {op: ms * (1 - warm) / RUNS for op, ms in ops.items()}
 
 
-def torch_ops(model_dir: Path, settings, batch) -> Dict[str, float]:
+def torch_ops(model_dir: Path, settings, batch) -> dict[str, float]:
     from torch.profiler import ProfilerActivity, profile
 
     module = torch.jit.load(str(model_dir / settings.weights)).eval()
@@ -99,7 +98,7 @@ def profile_variant(model: str, variant: str, size: int, tmp: Path) -> dict:
                     for op, ms in sorted(ops.items(), key=lambda kv: -kv[1])]}
 
 
-def write(rows: List[dict], args) -> Path:
+def write(rows: list[dict], args) -> Path:
     folder = REPORTS / f"op-profile-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     report = {"command": " ".join(["python", "-m", "benchmarks.bench.op_profile", *sys.argv[1:]]),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 from benchmarks.load.runner import Point, ServerRun, best_within, peak
 

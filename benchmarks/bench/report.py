@@ -10,12 +10,13 @@ from __future__ import annotations
 import csv
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional
+from typing import Optional
 
 from benchmarks.load import stats
-from benchmarks.load.runner import ServerRun, summary
 from benchmarks.load.resources import NOISY_OTHERS_PCT
+from benchmarks.load.runner import ServerRun, summary
 
 CSV_COLUMNS = (
     "server", "mode", "level", "stable", "windows", "seconds", "requests", "ok", "errors", "unanswered", "nominal_rps",
@@ -65,7 +66,7 @@ def _at(figures: Optional[dict], point: str) -> dict:
     return {"count": f.get(f"{point}_samples"), "p90_ms": f.get(f"{point}_p90_ms"), "p99_ms": f.get(f"{point}_p99_ms")}
 
 
-def sentences(s: dict) -> List[str]:
+def sentences(s: dict) -> list[str]:
     """The verdict at the p99 target, then the peak comparison."""
     ours, stock, slo = s["ours"], s["stock"], s["slo_ms"]
     if ours["slo_rps"]:
@@ -90,7 +91,7 @@ def sentences(s: dict) -> List[str]:
     return [verdict, peak + ".", *compared]
 
 
-def csv_row(server: str, f: dict) -> Dict[str, object]:
+def csv_row(server: str, f: dict) -> dict[str, object]:
     lat = f["latency_ms"] or {}
     srv = f["server"]
     res = f["resources"]

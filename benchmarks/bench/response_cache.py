@@ -24,18 +24,18 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
 
 import numpy as np
 import yaml
 
 from benchmarks.bench.archive_settings import with_handler_settings
+from benchmarks.load import stats
 from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate
 from benchmarks.load.loadgen import Payload, Target, closed_loop, open_loop
 from benchmarks.load.runner import OpenPoint, open_window_s
-from benchmarks.load import stats
 from benchmarks.load.stats import StabilityRule
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, MODEL_STORE, REPORTS, shown
@@ -53,7 +53,7 @@ def with_cache(src: Path, store: Path, name: str, max_mib: float) -> None:
     with_handler_settings(src, store, name, {"response_cache": {"max_mib": max_mib, "max_entries": 100_000}})
 
 
-def sentences() -> List[str]:
+def sentences() -> list[str]:
     """Distinct sentences of Python's own documentation (real text, installed with Python)."""
     from pydoc_data.topics import topics
 
@@ -82,7 +82,7 @@ def text_field(entry: dict, model: str) -> tuple:
     return example, fields[0]
 
 
-def payloads(template: dict, field: str, texts: Sequence[str], headers=()) -> List[Payload]:
+def payloads(template: dict, field: str, texts: Sequence[str], headers=()) -> list[Payload]:
     return [Payload(json.dumps({**template, field: t}).encode(), "application/json", headers=headers) for t in texts]
 
 
@@ -98,11 +98,11 @@ class Arm:
     """One arm of one workload: its requests and, for all-distinct inputs, where the next point starts
     (no input is ever sent twice)."""
 
-    payloads: List[Payload]
+    payloads: list[Payload]
     distinct: bool
     offset: int = 0
 
-    def stream(self) -> List[Payload]:
+    def stream(self) -> list[Payload]:
         return self.payloads[self.offset:] if self.distinct else self.payloads
 
     def used(self, count: int) -> None:
@@ -141,8 +141,8 @@ class Turns:
             self.cond.notify_all()
 
 
-def search_arms(target: Target, arms: Dict[str, Arm], slo_ms: float, start_rps: Dict[str, float],
-                rule: StabilityRule, window_s: float, settings: RateSettings) -> Dict[str, dict]:
+def search_arms(target: Target, arms: dict[str, Arm], slo_ms: float, start_rps: dict[str, float],
+                rule: StabilityRule, window_s: float, settings: RateSettings) -> dict[str, dict]:
     """Each arm's capacity at the SLO, open loop, the arms measuring in turn."""
     turns, found, failed = Turns(list(arms)), {}, []
 
@@ -195,8 +195,8 @@ def start_rate(target: Target, arm: Arm, rule: StabilityRule, window_s: float, l
     return max(1.0, round(0.6 * result.figures()["throughput_rps"], 1))
 
 
-def paired_peak(target: Target, workload: Dict[str, List[Payload]], level: int, pairs: int, offset: int,
-                rule: StabilityRule, window_s: float) -> List[dict]:
+def paired_peak(target: Target, workload: dict[str, list[Payload]], level: int, pairs: int, offset: int,
+                rule: StabilityRule, window_s: float) -> list[dict]:
     """All-distinct inputs at one concurrency past the knee, the arms alternating `pairs` times (each
     pair in the other order than the last): the cache's cost on throughput, with its spread."""
     out = []

@@ -14,9 +14,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Optional
 
 from benchmarks.load import stats
 from benchmarks.load.runner import LoadPlan, ServerRun, peak, run_server
@@ -32,7 +33,7 @@ def ceiling_batch_sizes(ours: int) -> tuple:
 
 
 def measure_ceiling(model: str, settings: ModelSettings, plan: LoadPlan, base_config: Path,
-                    extra_properties: Mapping[str, str], tmp: Path, progress: Progress) -> Dict[int, ServerRun]:
+                    extra_properties: Mapping[str, str], tmp: Path, progress: Progress) -> dict[int, ServerRun]:
     """Closed-loop sweeps of the no-op archive under ours' frontend values, one server per batch size."""
     from benchmarks.bench.noop.archive import build_noop
 
@@ -54,7 +55,7 @@ def one_client(run: ServerRun) -> Optional[dict]:
     return next((p.figures for p in run.points if p.figures["mode"] == "closed" and p.figures["level"] == 1), None)
 
 
-def breakdown(figures: Optional[dict]) -> Optional[Dict[str, float]]:
+def breakdown(figures: Optional[dict]) -> Optional[dict[str, float]]:
     """Mean ms per request at one client, by where it was spent (see the module docstring)."""
     if not figures or not figures["latency_ms"]:
         return None
@@ -118,7 +119,7 @@ def _ms(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def markdown(section: dict, ours_batch_size: int, inprocess_items_per_s: float) -> List[str]:
+def markdown(section: dict, ours_batch_size: int, inprocess_items_per_s: float) -> list[str]:
     rows = section["ceiling"]
     lines = ["## Where the time goes", "",
              "No-op ceiling: the same server and requests with a handler that does nothing "

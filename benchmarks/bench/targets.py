@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 from benchmarks.bench.served_path import one_client
 from benchmarks.load import stats
@@ -30,7 +30,7 @@ def _row(target: str, measured: Optional[float], bound: Optional[float], unit: s
     return {"target": target, "measured": measured, "bound": bound, "unit": unit, "at_least": at_least, "met": met}
 
 
-def check(ours: ServerRun, summary: dict, inprocess: dict, path: Optional[dict]) -> List[dict]:
+def check(ours: ServerRun, summary: dict, inprocess: dict, path: Optional[dict]) -> list[dict]:
     single = one_client(ours)
     latency = (single or {}).get("latency_ms") or {}
     batch1 = inprocess.get("batch1_ms")
@@ -61,7 +61,7 @@ def check(ours: ServerRun, summary: dict, inprocess: dict, path: Optional[dict])
     return rows
 
 
-def markdown(rows: List[dict]) -> List[str]:
+def markdown(rows: list[dict]) -> list[str]:
     lines = ["## Targets (this run)", "", "| target | measured | bound | |", "|---|---|---|---|"]
     for r in rows:
         measured = "-" if r["measured"] is None else f"{r['measured']:.1f} {r['unit']}"

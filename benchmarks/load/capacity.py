@@ -8,8 +8,9 @@ point length and the same pass rule, so the capacity one records the other can r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Protocol, Sequence, Tuple
+from typing import Optional, Protocol
 
 # Served throughput below this share of the offered rate means the server did not keep up.
 KEEP_UP = 0.95
@@ -52,14 +53,14 @@ class RateSettings:
 
 @dataclass(frozen=True)
 class RateSearch:
-    points: Tuple[RatePoint, ...]  # measured by this search (not the known ones)
+    points: tuple[RatePoint, ...]  # measured by this search (not the known ones)
     best: Optional[RatePoint]  # the highest passing rate, known points included
 
 
 def find_max_rate(probe: Callable[[float], RatePoint], start_rps: float, slo_ms: float,
                   settings: RateSettings = RateSettings(), known: Sequence[RatePoint] = ()) -> RateSearch:
     """`known`: points measured before (the benchmark's fixed rates): they bracket from the start."""
-    points: List[RatePoint] = []
+    points: list[RatePoint] = []
     low: Optional[RatePoint] = None  # highest passing
     high: Optional[float] = None  # lowest failing rate
 

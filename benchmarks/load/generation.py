@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, List, Mapping, Optional
+from typing import Optional
 
 import requests
 
@@ -35,7 +36,7 @@ class GenerationResult:
         return (self.chunk_times[0] if self.chunk_times else self.done_at) - self.sent_at
 
     @property
-    def gaps_s(self) -> List[float]:
+    def gaps_s(self) -> list[float]:
         return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])]
 
 
@@ -86,7 +87,7 @@ class Generators:
     body_for: Callable[[int, int], Mapping]
     stream: bool = True
     headers: Optional[Mapping[str, str]] = None
-    results: List[GenerationResult] = field(default_factory=list)
+    results: list[GenerationResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -102,12 +103,12 @@ class Generators:
                 self.results.append(result)
             i += 1
 
-    def __enter__(self) -> "Generators":
+    def __enter__(self) -> Generators:
         for thread in self._threads:
             thread.start()
         return self
 
-    def stop(self) -> List[GenerationResult]:
+    def stop(self) -> list[GenerationResult]:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=600)

@@ -4,23 +4,23 @@ real photos (scikit-image's wheel) the bad-input corpus takes apart."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any
 
-from serving.errors import BenchmarkError
-from serving.repo import CATALOGUE, REPO_ROOT
 from build.catalogue import Catalogue
 from build.examples import Request, worker_input
 from build.export import served_settings
 from handlers.families import family_class
+from serving.errors import BenchmarkError
+from serving.repo import CATALOGUE, REPO_ROOT
 
 # Colour photographs of real scenes.
 PHOTO_FILES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "retina.jpg")
 
 
-@lru_cache(maxsize=None)
-def requests(model: str, catalogue: Path = CATALOGUE) -> Tuple[Request, ...]:
+@cache
+def requests(model: str, catalogue: Path = CATALOGUE) -> tuple[Request, ...]:
     """The entry's examples as HTTP requests (body bytes and Content-Type); for an entry that lists
     none, its family's example inputs (Family.example_inputs)."""
     entry = Catalogue.load(catalogue).entry(model)
@@ -33,7 +33,7 @@ def requests(model: str, catalogue: Path = CATALOGUE) -> Tuple[Request, ...]:
     return tuple(Request(case.body, case.content_type or "") for case in found)
 
 
-def worker_requests(model: str, catalogue: Path = CATALOGUE) -> Tuple[Tuple[Any, str], ...]:
+def worker_requests(model: str, catalogue: Path = CATALOGUE) -> tuple[tuple[Any, str], ...]:
     """The examples as a TorchServe worker receives them: (decoded body, content type)."""
     return tuple((worker_input(r.body, r.content_type), r.content_type) for r in requests(model, catalogue))
 
@@ -45,6 +45,6 @@ def data_dir() -> Path:
 
 
 @lru_cache(maxsize=1)
-def photo_bytes() -> Dict[str, bytes]:
+def photo_bytes() -> dict[str, bytes]:
     """The photos' original files, by name."""
     return {name: (data_dir() / name).read_bytes() for name in PHOTO_FILES}

@@ -17,8 +17,9 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from benchmarks.load import inputs, stats
@@ -40,7 +41,7 @@ class Target:
     timeout_s: float = 60.0
 
     @classmethod
-    def for_model(cls, inference_url: str, model: str, token: str, timeout_s: float = 60.0) -> "Target":
+    def for_model(cls, inference_url: str, model: str, token: str, timeout_s: float = 60.0) -> Target:
         parts = urlsplit(inference_url)
         return cls(parts.hostname or "127.0.0.1", parts.port or 80, f"/predictions/{model}", token, timeout_s)
 
@@ -53,10 +54,10 @@ class Payload:
     # its samples carry (benchmarks/load/mix.py splits the figures by it).
     path: str = ""
     tag: str = ""
-    headers: Tuple[Tuple[str, str], ...] = ()  # more request headers (Cache-Control, say)
+    headers: tuple[tuple[str, str], ...] = ()  # more request headers (Cache-Control, say)
 
 
-def payloads_for(model: str) -> Tuple[Payload, ...]:
+def payloads_for(model: str) -> tuple[Payload, ...]:
     """The model's catalogue examples, the inputs the in-process limit uses too."""
     return tuple(Payload(r.body, r.content_type) for r in inputs.requests(model))
 
@@ -111,9 +112,9 @@ class LoadResult:
 
     mode: str  # "closed" | "open"
     level: float  # concurrency, or the nominal Poisson rate (req/s)
-    samples: Tuple[Sample, ...]
-    windows: Tuple[Window, ...]
-    edges: Tuple[Tuple[float, Any], ...]  # (time, probe()) at the start and end of every window
+    samples: tuple[Sample, ...]
+    windows: tuple[Window, ...]
+    edges: tuple[tuple[float, Any], ...]  # (time, probe()) at the start and end of every window
     stable: bool
     rule: StabilityRule
     connections: int
@@ -121,12 +122,12 @@ class LoadResult:
     dispatch_lag_p99_ms: Optional[float] = None
 
     @property
-    def reported_edges(self) -> Tuple[Tuple[float, Any], Tuple[float, Any]]:
+    def reported_edges(self) -> tuple[tuple[float, Any], tuple[float, Any]]:
         """Probe readings at the start and the end of the reported windows."""
         return self.edges[len(self.windows) - self.rule.last], self.edges[len(self.windows)]
 
     @property
-    def interval(self) -> Tuple[float, float]:
+    def interval(self) -> tuple[float, float]:
         first, last = self.reported_edges
         return first[0], last[0]
 
@@ -176,7 +177,7 @@ class LoadResult:
             "warnings": list(self.warnings()),
         }
 
-    def warnings(self) -> Tuple[str, ...]:
+    def warnings(self) -> tuple[str, ...]:
         if self.mode != "open":
             return () if self.stable else (f"not stable after {len(self.windows)} windows",)
         out = [] if self.stable else [f"not stable after {len(self.windows)} windows"]
@@ -191,12 +192,12 @@ class LoadResult:
         return tuple(out)
 
 
-def _drive(rule: StabilityRule, window_s: float, samples: List[Sample], probe: Probe, progress: Progress,
-           label: str) -> Tuple[List[Window], List[Tuple[float, Any]], bool]:
+def _drive(rule: StabilityRule, window_s: float, samples: list[Sample], probe: Probe, progress: Progress,
+           label: str) -> tuple[list[Window], list[tuple[float, Any]], bool]:
     """Run windows until the rule is satisfied; the load itself runs in other threads."""
     start = time.perf_counter()
     edges = [(start, probe())]
-    windows: List[Window] = []
+    windows: list[Window] = []
     failing = 0
     while not rule.finished(windows):
         time.sleep(max(0.0, start + window_s - time.perf_counter()))
@@ -232,7 +233,7 @@ def closed_loop(target: Target, payloads: Sequence[Payload], concurrency: int, r
     """`concurrency` clients, each sending its next request as soon as the last one is answered."""
     _settle_heap()
     stop = threading.Event()
-    samples: List[Sample] = []
+    samples: list[Sample] = []
 
     def client(index: int) -> None:
         conn = Connection(target)
@@ -274,9 +275,9 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
         raise BenchmarkError(f"open-loop rate must be > 0, got {rate}")
     _settle_heap()
     stop = threading.Event()
-    pending: "queue.SimpleQueue[Optional[Tuple[float, Payload]]]" = queue.SimpleQueue()
-    samples: List[Sample] = []
-    lags: List[float] = []
+    pending: queue.SimpleQueue[Optional[tuple[float, Payload]]] = queue.SimpleQueue()
+    samples: list[Sample] = []
+    lags: list[float] = []
     busy = [0, 0]  # now, most at once
     lock = threading.Lock()
     deadline = [float("inf")]
@@ -338,7 +339,7 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
                       max_busy=busy[1], dispatch_lag_p99_ms=lag_p99)
 
 
-def concurrency_levels(max_concurrency: int) -> Tuple[int, ...]:
+def concurrency_levels(max_concurrency: int) -> tuple[int, ...]:
     """1, 2, 4, ... up to max_concurrency (included when it is not a power of two)."""
     levels, level = [], 1
     while level < max_concurrency:
@@ -355,11 +356,11 @@ def gained(throughputs: Sequence[float], min_gain_pct: float) -> bool:
 
 
 def closed_sweep(levels: Sequence[int], run_level: Callable[[int], LoadResult],
-                 min_gain_pct: Optional[float] = 5.0, progress: Progress = print) -> List[LoadResult]:
+                 min_gain_pct: Optional[float] = 5.0, progress: Progress = print) -> list[LoadResult]:
     """Closed-loop points at rising concurrency, until throughput stops rising by > min_gain_pct
     (min_gain_pct None: run every level). `run_level(c)` measures one point (closed_loop, with
     whatever the caller does around it)."""
-    results: List[LoadResult] = []
+    results: list[LoadResult] = []
     for level in levels:
         progress(f"  closed loop, concurrency {level}")
         results.append(run_level(level))

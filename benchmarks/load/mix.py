@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.load import loadgen, stats
 from benchmarks.load.capacity import kept_up
@@ -45,9 +46,9 @@ class Mix:
             raise BenchmarkError(f"mix: shares sum to {sum(self.shares.values()):g}, not 1")
 
     @classmethod
-    def parse(cls, text: str, slo_ms: Mapping[str, float]) -> "Mix":
+    def parse(cls, text: str, slo_ms: Mapping[str, float]) -> Mix:
         """'minilm=0.7,efficientnet_lite0=0.3' (weights are normalised: 7,3 means the same)."""
-        weights: Dict[str, float] = {}
+        weights: dict[str, float] = {}
         for part in (p.strip() for p in text.split(",") if p.strip()):
             name, sep, value = part.partition("=")
             name = name.strip()
@@ -71,7 +72,7 @@ class Mix:
                    MappingProxyType({n: float(slo_ms[n]) for n in weights}))
 
     @property
-    def names(self) -> Tuple[str, ...]:
+    def names(self) -> tuple[str, ...]:
         return tuple(self.shares)
 
     def label(self) -> str:
@@ -81,7 +82,7 @@ class Mix:
         return {"shares": dict(self.shares), "slo_ms": dict(self.slo_ms)}
 
 
-def mixed_payloads(mix: Mix, payloads: Mapping[str, Sequence[Payload]], seed: int = 0) -> Tuple[Payload, ...]:
+def mixed_payloads(mix: Mix, payloads: Mapping[str, Sequence[Payload]], seed: int = 0) -> tuple[Payload, ...]:
     """SEQUENCE_LENGTH payloads, each model's count in proportion to its share (largest remainder),
     each tagged and sent to /predictions/<model>, in a seeded random order."""
     exact = {n: s * SEQUENCE_LENGTH for n, s in mix.shares.items()}
@@ -126,11 +127,11 @@ class MixPoint:
     models: Mapping[str, dict]  # model_figures per model
     slo_ms: Mapping[str, float]
     seconds: float
-    warnings: Tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     stable: bool = True  # an unstable point never passes: it sets no capacity
 
     @classmethod
-    def of(cls, result: LoadResult, mix: Mix) -> "MixPoint":
+    def of(cls, result: LoadResult, mix: Mix) -> MixPoint:
         figures = result.figures()
         return cls(float(result.level), float(figures["offered_rps"] or result.level),
                    float(figures["throughput_rps"]),

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Dict, Mapping, Sequence, Tuple
 
 import psutil
 
@@ -47,7 +47,7 @@ class ProcessGroups:
     """Named groups of processes, read together. Processes that vanished count as zero."""
 
     def __init__(self, groups: Mapping[str, Sequence[int]]) -> None:
-        self._groups: Dict[str, Tuple[psutil.Process, ...]] = {}
+        self._groups: dict[str, tuple[psutil.Process, ...]] = {}
         for name, pids in groups.items():
             procs = []
             for pid in pids:
@@ -56,12 +56,12 @@ class ProcessGroups:
             self._groups[name] = tuple(procs)
 
     @classmethod
-    def for_server(cls, java_pid: int | None, worker_pids: Sequence[int]) -> "ProcessGroups":
+    def for_server(cls, java_pid: int | None, worker_pids: Sequence[int]) -> ProcessGroups:
         return cls({GENERATOR: [os.getpid()], FRONTEND: [java_pid] if java_pid else [], WORKERS: list(worker_pids)})
 
     def read(self) -> Reading:
-        cpu: Dict[str, float] = {}
-        rss: Dict[str, int] = {}
+        cpu: dict[str, float] = {}
+        rss: dict[str, int] = {}
         for name, procs in self._groups.items():
             cpu[name], rss[name] = 0.0, 0
             for proc in procs:
@@ -77,7 +77,7 @@ class ProcessGroups:
         return Reading(time.perf_counter(), MappingProxyType(cpu), MappingProxyType(rss))
 
 
-def usage(before: Reading, after: Reading) -> Dict[str, Usage]:
+def usage(before: Reading, after: Reading) -> dict[str, Usage]:
     wall = after.at - before.at
     if wall <= 0:
         raise ValueError("readings out of order")

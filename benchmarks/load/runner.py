@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Optional
 
-from benchmarks.load import loadgen, stats
+from benchmarks.load import loadgen, resources, server_metrics, stats
 from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate, kept_up
 from benchmarks.load.loadgen import LoadResult, Payload, Target
 from benchmarks.load.stats import StabilityRule
-from benchmarks.load import resources, server_metrics
+from build.catalogue import FRONTEND_KEYS
 from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
-from build.catalogue import FRONTEND_KEYS
 
 Progress = Callable[[str], None]
 _THREADS = re.compile(r"W-\d+-(\S+)_[^_\s]+-stdout MODEL_LOG - .*?threads=(\d+)")
@@ -28,10 +28,10 @@ _THREADS = re.compile(r"W-\d+-(\S+)_[^_\s]+-stdout MODEL_LOG - .*?threads=(\d+)"
 class LoadPlan:
     """What load a server gets: the closed-loop sweep, then open-loop points."""
 
-    levels: Tuple[int, ...]
+    levels: tuple[int, ...]
     min_gain_pct: Optional[float]  # None: run every level of the sweep
-    rates: Tuple[float, ...]  # absolute open-loop rates; empty: fractions of the measured peak
-    rate_fractions: Tuple[float, ...]
+    rates: tuple[float, ...]  # absolute open-loop rates; empty: fractions of the measured peak
+    rate_fractions: tuple[float, ...]
     rule: StabilityRule
     window_s: float
     connections: int = 64
@@ -63,7 +63,7 @@ class Point:
     """One measured point: JSON figures, plus the raw latencies (ms) for the CDF plot."""
 
     figures: dict
-    latencies_ms: Tuple[float, ...]
+    latencies_ms: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,8 @@ class OpenPoint:
 @dataclass(frozen=True)
 class ServerRun:
     label: str
-    points: Tuple[Point, ...]
-    worker_threads: Tuple[int, ...]  # as each worker logged it
+    points: tuple[Point, ...]
+    worker_threads: tuple[int, ...]  # as each worker logged it
     description: dict  # GET /models/<name>: batch size, delay, workers as the frontend holds them
 
 
@@ -149,7 +149,7 @@ def point(result: LoadResult, model: str, remeasured: bool = False) -> Point:
     return Point(figures, latencies)
 
 
-def worker_threads(ts: TorchServe, model: str) -> Tuple[int, ...]:
+def worker_threads(ts: TorchServe, model: str) -> tuple[int, ...]:
     return tuple(int(n) for name, n in _THREADS.findall(ts.log_text("model_log.log")) if name == model)
 
 
@@ -170,7 +170,7 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
     in_flight = min(64, 2 * workers * int(description.get("batchSize", 1)))
     say(f"warm-up: {plan.warmup_s:g} s at concurrency {in_flight}")
     warm_up(target, payloads, plan.warmup_s, in_flight)
-    again: List[LoadResult] = []
+    again: list[LoadResult] = []
 
     def measured(run: Callable[[], LoadResult]) -> LoadResult:
         settle(ts, model)
@@ -184,7 +184,7 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
             again.append(result)
         return result
 
-    results: List[LoadResult] = loadgen.closed_sweep(
+    results: list[LoadResult] = loadgen.closed_sweep(
         plan.levels,
         lambda c: measured(lambda: loadgen.closed_loop(target, payloads, c, plan.rule, plan.window_s, probe, say)),
         plan.min_gain_pct, say)
@@ -235,7 +235,7 @@ def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
     return max(fitting, key=lambda f: f["throughput_rps"], default=None)
 
 
-def summary(run: ServerRun, slo_ms: float) -> Dict[str, Optional[float]]:
+def summary(run: ServerRun, slo_ms: float) -> dict[str, Optional[float]]:
     top, fit = peak(run.points), best_within(run.points, slo_ms)
     top_latency = (top or {}).get("latency_ms") or {}
     fit_latency = (fit or {}).get("latency_ms") or {}

@@ -15,14 +15,15 @@ The stock baseline handler emits none of ours: its stage figures are simply abse
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
-Labels = Tuple[Tuple[str, str], ...]
-SeriesKey = Tuple[str, Labels]
+Labels = tuple[tuple[str, str], ...]
+SeriesKey = tuple[str, Labels]
 
 STAGE_COUNTERS = {"preprocess": "HandlerPreprocessMs", "inference": "HandlerInferenceMs",
                   "postprocess": "HandlerPostprocessMs"}
@@ -33,13 +34,13 @@ QUEUE_US = "ts_queue_latency_microseconds"
 LATENCY_US = "ts_inference_latency_microseconds"
 
 
-def parse(text: str) -> Dict[SeriesKey, float]:
+def parse(text: str) -> dict[SeriesKey, float]:
     """Prometheus text exposition -> {(name, sorted labels): value}; NaN samples skipped.
 
     Names lose OpenMetrics' `_total` suffix: prometheus_client's parser adds it to the samples of
     a family TYPEd counter, so without this a counter's name would depend on its TYPE line.
     """
-    out: Dict[SeriesKey, float] = {}
+    out: dict[SeriesKey, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.value != sample.value:  # NaN
@@ -54,7 +55,7 @@ class Scrape:
     series: Mapping[SeriesKey, float]
 
     @classmethod
-    def of(cls, text: str) -> "Scrape":
+    def of(cls, text: str) -> Scrape:
         return cls(MappingProxyType(parse(text)))
 
     def total(self, name: str, model: str, **labels: str) -> float:
@@ -70,8 +71,8 @@ class Scrape:
                 total += value
         return total
 
-    def by_label(self, name: str, model: str, label: str) -> Dict[str, float]:
-        out: Dict[str, float] = {}
+    def by_label(self, name: str, model: str, label: str) -> dict[str, float]:
+        out: dict[str, float] = {}
         for (series, tags), value in self.series.items():
             tagged = dict(tags)
             if series == name and tagged.get("ModelName", tagged.get("model_name")) == model and label in tagged:

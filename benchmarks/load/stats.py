@@ -11,8 +11,9 @@ omission).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Union
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 NO_RESPONSE = 0  # status of a request that got no HTTP answer (connection error or client timeout)
@@ -123,7 +124,7 @@ def tail_ratio(over: Latency, under: Latency, digits: int = 2) -> str:
     return f"{name}: {a / b:.{digits}f}x" if a is not None and b else f"{name}: -"
 
 
-def _tail_figures(latency: Latency) -> Tuple[Optional[int], Optional[float], Optional[float]]:
+def _tail_figures(latency: Latency) -> tuple[Optional[int], Optional[float], Optional[float]]:
     if latency is None:
         return None, None, None
     get = latency.get if isinstance(latency, Mapping) else lambda key: getattr(latency, key, None)
@@ -139,9 +140,9 @@ def summarize(latencies_s: Iterable[float]) -> Optional[LatencySummary]:
     return LatencySummary(len(ms), sum(ms) / len(ms), p50, p90, p95, p99, p999, ms[-1])
 
 
-def errors_by_status(samples: Iterable[Sample]) -> Dict[str, int]:
+def errors_by_status(samples: Iterable[Sample]) -> dict[str, int]:
     """Failed requests per status ("0" = no HTTP answer), as JSON-friendly string keys."""
-    out: Dict[str, int] = {}
+    out: dict[str, int] = {}
     for sample in samples:
         if not sample.ok:
             out[str(sample.status)] = out.get(str(sample.status), 0) + 1
@@ -153,9 +154,9 @@ def errors_by_status(samples: Iterable[Sample]) -> Dict[str, int]:
 class Selection:
     """The requests of one measured interval that its latency figures, its CDF and its errors count."""
 
-    requests: Tuple[Sample, ...]
-    latencies_s: Tuple[float, ...]  # answered ones' latencies, then the unanswered ones' waits
-    errors: Dict[str, int]  # answered with an error, or failed at once without an answer (errors_by_status)
+    requests: tuple[Sample, ...]
+    latencies_s: tuple[float, ...]  # answered ones' latencies, then the unanswered ones' waits
+    errors: dict[str, int]  # answered with an error, or failed at once without an answer (errors_by_status)
     unanswered: int  # in flight when the point ended and never answered: in latencies_s by their wait
 
 

@@ -16,15 +16,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from benchmarks.load import loadgen, stats
+from benchmarks.load.resources import FRONTEND, OTHERS, WORKERS, ProcessGroups, usage
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule
 from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
-from benchmarks.load.resources import FRONTEND, OTHERS, WORKERS, ProcessGroups, usage
 
 REQUEST_TIMEOUT_S = 60.0
 
@@ -47,15 +47,15 @@ class Traffic:
         return self.sent - self.answered
 
     @classmethod
-    def of(cls, samples: Iterable[Sample], sent: int | None = None) -> "Traffic":
+    def of(cls, samples: Iterable[Sample], sent: int | None = None) -> Traffic:
         samples = list(samples)
         answered = [s for s in samples if s.status != NO_RESPONSE]
         errors = {k: v for k, v in stats.errors_by_status(answered).items()}
         return cls(len(samples) if sent is None else sent, len(answered), sum(1 for s in answered if s.ok),
                    MappingProxyType(errors))
 
-    def __add__(self, other: "Traffic") -> "Traffic":
-        errors: Dict[str, int] = dict(self.errors)
+    def __add__(self, other: Traffic) -> Traffic:
+        errors: dict[str, int] = dict(self.errors)
         for status, count in other.errors.items():
             errors[status] = errors.get(status, 0) + count
         return Traffic(self.sent + other.sent, self.answered + other.answered, self.ok + other.ok,
@@ -70,7 +70,7 @@ def target(ts: TorchServe, model: str, timeout_s: float = REQUEST_TIMEOUT_S) -> 
     return loadgen.Target.for_model(ts.inference_url, model, ts.tokens.inference, timeout_s)
 
 
-def payloads(model: str) -> Tuple[loadgen.Payload, ...]:
+def payloads(model: str) -> tuple[loadgen.Payload, ...]:
     """Real inputs: the photos as JPEG, or the sentences as JSON."""
     return loadgen.payloads_for(model)
 
@@ -128,7 +128,7 @@ class ClosedLoop:
                  max_seconds: float) -> None:
         self.target = target_
         self.payloads = tuple(payloads_)
-        self.samples: List[Sample] = []
+        self.samples: list[Sample] = []
         self._sent = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -136,7 +136,7 @@ class ClosedLoop:
         self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True, name=f"reliability-{i}")
                          for i in range(concurrency)]
 
-    def __enter__(self) -> "ClosedLoop":
+    def __enter__(self) -> ClosedLoop:
         for thread in self._threads:
             thread.start()
         return self
@@ -160,7 +160,7 @@ class ClosedLoop:
         finally:
             conn.close()
 
-    def snapshot(self) -> List[Sample]:
+    def snapshot(self) -> list[Sample]:
         with self._lock:
             return list(self.samples)
 

@@ -17,19 +17,20 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.load.traffic import capacity, say
 from benchmarks.reliability import badinput, faults, overload, security, soak
 from benchmarks.reliability.findings import Findings, table
+from build.catalogue import Catalogue
 from serving.errors import LauncherError
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, MODEL_STORE, REPORTS
-from build.catalogue import Catalogue
 
 
-def attempt(errors: List[str], name: str, step: Callable):
+def attempt(errors: list[str], name: str, step: Callable):
     """Run one check; a check that cannot run is recorded, and the others still run."""
     try:
         return step()
@@ -40,12 +41,12 @@ def attempt(errors: List[str], name: str, step: Callable):
 
 
 def run(store: Path, out: Path, model: str, soak_minutes: float, overload_seconds: float,
-        job_queue_size: int) -> Tuple[Findings, List[str]]:
+        job_queue_size: int) -> tuple[Findings, list[str]]:
     """All checks (the soak, kill, overload and broken-archive ones on `model`, the corpus on every
     model); also the servers' keys, to prove afterwards that no report holds one."""
-    errors: List[str] = []
-    checks: List[security.Check] = list(security.weights_checks())
-    keys: List[str] = []
+    errors: list[str] = []
+    checks: list[security.Check] = list(security.weights_checks())
+    keys: list[str] = []
     corpus = kill = soaked = loaded = None
 
     def main_server():

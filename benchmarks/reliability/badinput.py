@@ -14,23 +14,24 @@ import argparse
 import itertools
 import json
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional
 
 import requests
 
+from benchmarks.load.server_metrics import BATCHES, Scrape
 from benchmarks.load.traffic import Traffic, say
 from benchmarks.reliability.corpus import FRONTEND, HANDLER, Case, family_cases, server_cases
-from serving import ts_logs
-from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE
-from benchmarks.load.server_metrics import BATCHES, Scrape
 from build.catalogue import Catalogue
 from build.export import served_settings
 from handlers.families import family_class
 from handlers.settings import HandlerSettings
+from serving import ts_logs
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE
 
 CATCH_ALL = "unexpected error decoding"  # handlers/handler.py: an input no check foresaw
 TIMEOUT_S = 60.0
@@ -55,11 +56,11 @@ class Outcome:
 
 @dataclass(frozen=True)
 class CorpusResult:
-    outcomes: Tuple[Outcome, ...]
-    batchmates: Tuple[Outcome, ...]  # the valid requests sent in the same batch as invalid ones
+    outcomes: tuple[Outcome, ...]
+    batchmates: tuple[Outcome, ...]  # the valid requests sent in the same batch as invalid ones
     mixed_batches: int  # batches that held 2+ accepted requests while the corpus ran
-    restarted_workers: Tuple[str, ...]  # "model: old pids -> new pids"
-    log_problems: Tuple[str, ...]
+    restarted_workers: tuple[str, ...]  # "model: old pids -> new pids"
+    log_problems: tuple[str, ...]
     traffic: Traffic  # every request (valid cases go several times, as batch-mates)
 
     @property
@@ -75,7 +76,7 @@ class CorpusResult:
         return sum(1 for o in self.outcomes if o.case.valid and o.correct)
 
     @property
-    def problems(self) -> Tuple[str, ...]:
+    def problems(self) -> tuple[str, ...]:
         out = [o.describe() for o in self.outcomes if not o.correct]
         out += [f"batch-mate of an invalid request failed: {o.describe()}" for o in self.batchmates if not o.correct]
         if self.mixed_batches == 0:
@@ -96,7 +97,7 @@ class CorpusResult:
                 f"worker restarts: {len(self.restarted_workers)}")
 
 
-def served_models(ts: TorchServe) -> Dict[str, HandlerSettings]:
+def served_models(ts: TorchServe) -> dict[str, HandlerSettings]:
     """Each model the server runs that the catalogue knows, with the settings its archive runs."""
     catalogue = Catalogue.load(CATALOGUE)
     return {m: served_settings(catalogue.entry(m)) for m in ts.list_models() if m in catalogue.names}
@@ -141,7 +142,7 @@ def send(ts: TorchServe, model: str, case: Case, settings: Optional[HandlerSetti
 
 
 def send_together(ts: TorchServe, model: str, settings: HandlerSettings,
-                  groups: Sequence[Sequence[Case]]) -> List[List[Outcome]]:
+                  groups: Sequence[Sequence[Case]]) -> list[list[Outcome]]:
     """Every request of every group at once (a barrier releases them together): the frontend
     batches requests that arrive together, so each group's requests share batches."""
     flat = [case for group in groups for case in group]
@@ -163,7 +164,7 @@ def formed_batches(ts: TorchServe, models: Sequence[str]) -> int:
                    if int(size) >= 2))
 
 
-def mixed_groups(corpus: Sequence[Case], per_group: int) -> List[List[Case]]:
+def mixed_groups(corpus: Sequence[Case], per_group: int) -> list[list[Case]]:
     """Groups of `per_group` invalid + `per_group` valid cases, until every case went at least once
     (valid ones cycle: they are the batch-mates)."""
     mine = [c for c in corpus if c.layer == HANDLER]
@@ -185,7 +186,7 @@ def run_corpus(ts: TorchServe, per_group: int = 2, groups_at_once: int = 2) -> C
     max_request = int(ts.config.get("max_request_size", "6553500") or 6553500)
     batches_before = formed_batches(ts, list(served))
     by_case: dict = {}
-    mates: List[Outcome] = []
+    mates: list[Outcome] = []
     for model, settings in served.items():
         corpus = family_cases(settings.family, settings.family_settings)
         at_once = max(1, min(groups_at_once, int(ts.describe(model)["batchSize"]) // (2 * per_group)))
@@ -219,14 +220,14 @@ def run_corpus(ts: TorchServe, per_group: int = 2, groups_at_once: int = 2) -> C
                         log_problems(ts, log_marks), traffic)
 
 
-def nowhere_cases() -> List[Tuple[str, Case]]:
+def nowhere_cases() -> list[tuple[str, Case]]:
     """Requests for models that do not exist: the frontend's 404, whatever is served."""
     return [("no_such_model", Case("unknown model", "-", b"hello", "text/plain", False, 404, "", FRONTEND)),
             ("..%2f..%2fetc%2fpasswd", Case("model name with path traversal", "-", b"hello", "text/plain", False,
                                             None, "", FRONTEND))]
 
 
-def log_problems(ts: TorchServe, since: dict) -> Tuple[str, ...]:
+def log_problems(ts: TorchServe, since: dict) -> tuple[str, ...]:
     out = []
     for name, start in since.items():
         for line in ts.log_text(name)[start:].splitlines():

@@ -11,7 +11,7 @@ before any worker sees them: they only make sense against a real server.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 from handlers.families import family_class
 from handlers.families.cases import FRONTEND, HANDLER, Case, invalid
@@ -23,14 +23,14 @@ DEFAULT_MAX_REQUEST_BYTES = 6_553_500
 __all__ = ["Case", "family_cases", "server_cases", "HANDLER", "FRONTEND", "DEFAULT_MAX_REQUEST_BYTES"]
 
 
-def family_cases(family: str, settings: Any) -> List[Case]:
+def family_cases(family: str, settings: Any) -> list[Case]:
     """Everything a model of this family sees and must answer itself (valid, or a 4xx of its own);
     `settings`: the model's family settings. An unknown family is an error (ConfigError)."""
     return family_class(family).bad_inputs(settings)
 
 
 def server_cases(family: str, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-                 handler_limit: Optional[int] = None) -> List[Case]:
+                 handler_limit: Optional[int] = None) -> list[Case]:
     """Bodies the limits refuse, for a model of `family`: over max_request_size the frontend
     answers 413 before any worker sees it; over the family's own `max_body_bytes` (handler_limit)
     the handler does, unless the frontend's limit is lower."""

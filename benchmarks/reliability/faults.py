@@ -22,9 +22,10 @@ import signal
 import tempfile
 import time
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Optional
 
 import yaml
 
@@ -36,10 +37,10 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
+from build.catalogue import Catalogue
 from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, MODEL_STORE
-from build.catalogue import Catalogue
 
 RECOVERY_LIMIT_S = 180.0
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT")
@@ -49,7 +50,7 @@ _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT")
 class KillResult:
     model: str
     killed_pid: int
-    new_pids: Tuple[int, ...]
+    new_pids: tuple[int, ...]
     recovery_s: Optional[float]  # SIGKILL -> a new worker READY; None: never within the limit
     first_ok_after_kill_s: Optional[float]  # SIGKILL -> the next successful answer
     traffic: Traffic
@@ -57,7 +58,7 @@ class KillResult:
     others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
 
     @property
-    def problems(self) -> Tuple[str, ...]:
+    def problems(self) -> tuple[str, ...]:
         out = []
         if self.recovery_s is None:
             out.append(f"{self.model}: no READY worker {RECOVERY_LIMIT_S:.0f} s after the kill")
@@ -81,7 +82,7 @@ class KillResult:
                 f"other processes used {self.others_cpu_pct:.0f}% CPU meanwhile")
 
 
-def _ready_replacement(ts: TorchServe, model: str, before: Tuple[int, ...], killed: int) -> Tuple[int, ...]:
+def _ready_replacement(ts: TorchServe, model: str, before: tuple[int, ...], killed: int) -> tuple[int, ...]:
     """The worker pids once the killed one is gone and a new pid brought the READY count back to
     what it was before the kill (with several workers a sibling is READY all along); else ()."""
     workers = ts.describe(model)["workers"]
@@ -147,7 +148,7 @@ def _rewrite(source: Path, dest: Path, name: str, drop: str = "", config_edit=No
             out.writestr(item, data)
 
 
-def write_broken_archives(healthy: Path, store: Path) -> Tuple[BrokenArchive, ...]:
+def write_broken_archives(healthy: Path, store: Path) -> tuple[BrokenArchive, ...]:
     """Broken variants of a real archive, next to it in `store`."""
     with zipfile.ZipFile(healthy) as mar:
         weights = yaml.safe_load(mar.read("model-config.yaml"))["handler"]["weights"]
@@ -175,7 +176,7 @@ class LoadFailure:
     log_line: str  # the log line that names the cause ("" if none)
 
     @property
-    def problems(self) -> Tuple[str, ...]:
+    def problems(self) -> tuple[str, ...]:
         out = []
         if self.api_status < 400 or not self.api_message:
             out.append(f"{self.archive.name}: registration answered {self.api_status} {self.api_message!r}")
@@ -189,11 +190,11 @@ class LoadFailure:
 @dataclass(frozen=True)
 class BrokenArchivesResult:
     healthy_model: str
-    failures: Tuple[LoadFailure, ...]
+    failures: tuple[LoadFailure, ...]
     traffic: Traffic  # the healthy model's, throughout
 
     @property
-    def problems(self) -> Tuple[str, ...]:
+    def problems(self) -> tuple[str, ...]:
         out = [p for f in self.failures for p in f.problems]
         if self.traffic.ok != self.traffic.sent or not self.traffic.sent:
             out.append(f"{self.healthy_model} did not keep serving: {self.traffic.describe()}")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.load.traffic import Traffic
 from benchmarks.reliability import badinput, faults, overload, security, soak
@@ -23,10 +24,10 @@ class Findings:
     archives: Optional[faults.BrokenArchivesResult] = None
     overload: Optional[overload.OverloadResult] = None
     soak: Optional[soak.SoakResult] = None
-    checks: Tuple[security.Check, ...] = ()
-    errors: Tuple[str, ...] = ()  # checks that could not run at all
+    checks: tuple[security.Check, ...] = ()
+    errors: tuple[str, ...] = ()  # checks that could not run at all
 
-    def rows(self) -> List[Row]:
+    def rows(self) -> list[Row]:
         rows = []
         c = self.corpus
         if c is not None:
@@ -77,7 +78,7 @@ class Findings:
         return total
 
     @property
-    def problems(self) -> Tuple[str, ...]:
+    def problems(self) -> tuple[str, ...]:
         out = [p for r in (self.corpus, self.kill, self.archives, self.overload, self.soak) if r for p in r.problems]
         return tuple(out) + tuple(c.line() for c in self.checks if not c.passed) + self.errors
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.load import loadgen, stats
+from benchmarks.load.resources import FRONTEND, WORKERS
 from benchmarks.load.traffic import (
     Traffic,
     batch_size,
@@ -29,10 +31,9 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
+from build.catalogue import Catalogue
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, MODEL_STORE
-from benchmarks.load.resources import FRONTEND, WORKERS
-from build.catalogue import Catalogue
 
 # Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the
 # overload at most this much above the RSS just before it, per process group.
@@ -52,7 +53,7 @@ class OverloadResult:
     p99_bound_ms: float
     rss_before: Mapping[str, int]
     rss_peak: Mapping[str, int]
-    healthy_after: Tuple[str, ...]  # problems found after the overload (empty: healthy)
+    healthy_after: tuple[str, ...]  # problems found after the overload (empty: healthy)
     others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
     accepted: Optional[stats.LatencySummary] = None  # the accepted requests' latencies (p99_ok_ms's)
 
@@ -70,7 +71,7 @@ class OverloadResult:
         return 100.0 * (self.rss_peak[group] - before) / before if before else 0.0
 
     @property
-    def problems(self) -> Tuple[str, ...]:
+    def problems(self) -> tuple[str, ...]:
         out = []
         if not self.rejected_503:
             out.append(f"no 503 at {self.offered_rps:.0f} req/s: the queue of {self.job_queue_size} never filled")
@@ -133,7 +134,7 @@ def overload(ts: TorchServe, model: str, capacity_rps: float, factor: float = 3.
     )
 
 
-def health_after(ts: TorchServe, model: str, pids: Tuple[int, ...], count: int, drain_s: float = DRAIN_S) -> Tuple[str, ...]:
+def health_after(ts: TorchServe, model: str, pids: tuple[int, ...], count: int, drain_s: float = DRAIN_S) -> tuple[str, ...]:
     """Problems after the overload: queue not drained, workers replaced, requests failing."""
     problems = []
     deadline = time.monotonic() + drain_s

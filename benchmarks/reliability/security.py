@@ -14,19 +14,20 @@ import ast
 import ipaddress
 import pickle
 import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Optional
 from urllib.parse import urlsplit
 
 import psutil
 import requests
 
 from benchmarks.load.traffic import payloads, say
+from build.catalogue import Catalogue
 from serving import properties
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
-from build.catalogue import Catalogue
 
 ADDRESS_KEYS = ("inference_address", "management_address", "metrics_address")
 REFUSED = (400, 401, 403)  # TorchServe 0.12 answers a missing or wrong key with 400 InvalidKeyException
@@ -43,7 +44,7 @@ class Check:
         return f"{'ok  ' if self.passed else 'FAIL'} {self.name}: {self.detail}"
 
 
-def token_checks(ts: TorchServe, model: str) -> List[Check]:
+def token_checks(ts: TorchServe, model: str) -> list[Check]:
     """Inference and management refuse no key, a wrong key and the other API's key."""
     keys = ts.tokens
     probe = payloads(model)[0]
@@ -64,7 +65,7 @@ def token_checks(ts: TorchServe, model: str) -> List[Check]:
     return checks
 
 
-def loopback_checks(ts: TorchServe, config_path: Path = DEFAULT_CONFIG) -> List[Check]:
+def loopback_checks(ts: TorchServe, config_path: Path = DEFAULT_CONFIG) -> list[Check]:
     """config.properties binds loopback; the running frontend listens on loopback only."""
     props = properties.read(config_path)
     hosts = {key: urlsplit(props.get(key, "")).hostname or "(unset)" for key in ADDRESS_KEYS}
@@ -86,7 +87,7 @@ def _is_loopback(ip: str) -> bool:
     return (mapped or address).is_loopback
 
 
-def model_api_checks(ts: TorchServe, model: str, config_path: Path = DEFAULT_CONFIG) -> List[Check]:
+def model_api_checks(ts: TorchServe, model: str, config_path: Path = DEFAULT_CONFIG) -> list[Check]:
     """Registering or unregistering models over the management API is refused, even with the key."""
     shipped = properties.read(config_path).get("enable_model_api", "false").strip().lower()
     register = ts.client.management("POST", "/models", params={"url": f"{model}.mar"}, timeout=30).status_code
@@ -100,7 +101,7 @@ def model_api_checks(ts: TorchServe, model: str, config_path: Path = DEFAULT_CON
     ]
 
 
-def limit_checks(ts: TorchServe, model: str) -> List[Check]:
+def limit_checks(ts: TorchServe, model: str) -> list[Check]:
     """A body over max_request_size gets 413 from the frontend. (Each family's own limits, image
     pixel bombs included, are cases of its bad-input corpus: badinput.py.)"""
     limit = int(ts.config.get("max_request_size", "6553500") or 6553500)
@@ -111,7 +112,7 @@ def limit_checks(ts: TorchServe, model: str) -> List[Check]:
     return [Check("max_request_size is enforced", too_big == 413, f"{limit + 1} bytes -> {too_big}")]
 
 
-def torch_load_calls(root: Path = REPO_ROOT, dirs: Sequence[str] = SOURCE_DIRS) -> List[str]:
+def torch_load_calls(root: Path = REPO_ROOT, dirs: Sequence[str] = SOURCE_DIRS) -> list[str]:
     """Every torch.load call under `dirs` that does not pass weights_only=True ("path:line")."""
     unsafe = []
     for directory in dirs:
@@ -142,7 +143,7 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
-def write_payloads(folder: Path, marker: Path) -> Dict[str, Path]:
+def write_payloads(folder: Path, marker: Path) -> dict[str, Path]:
     """Weight files that run code (create `marker`) when an unsafe loader unpickles them: a raw
     pickle, and a torch.save zip (the container TorchScript archives share)."""
     import torch
@@ -155,7 +156,7 @@ def write_payloads(folder: Path, marker: Path) -> Dict[str, Path]:
     return {"raw pickle": raw, "torch.save zip": archive}
 
 
-def payload_outcome(load: Callable[[Path], object], payload: Path, marker: Path) -> Tuple[bool, str]:
+def payload_outcome(load: Callable[[Path], object], payload: Path, marker: Path) -> tuple[bool, str]:
     """(refused without running it, evidence) for one loader and one payload file."""
     marker.unlink(missing_ok=True)
     try:
@@ -189,7 +190,7 @@ def handler_loader(graph: str) -> Callable[[Path], object]:
     return load
 
 
-def weights_checks() -> List[Check]:
+def weights_checks() -> list[Check]:
     unsafe = torch_load_calls()
     checks = [Check("every torch.load in handlers/ and build/ passes weights_only=True", not unsafe,
                     "none without it" if not unsafe else f"without it: {', '.join(unsafe)}")]
@@ -202,7 +203,7 @@ def weights_checks() -> List[Check]:
     return checks
 
 
-def secrets_checks(ts: TorchServe, extra: Iterable[Path] = ()) -> List[Check]:
+def secrets_checks(ts: TorchServe, extra: Iterable[Path] = ()) -> list[Check]:
     """No key appears in the server's logs, config or console output, nor in the given reports."""
     keys = [k for k in (ts.tokens.inference, ts.tokens.management, ts.tokens.api) if k]
     places = [p for p in ts.workdir.rglob("*") if p.is_file() and p.name != "key_file.json" and "models" not in p.parts]
@@ -220,7 +221,7 @@ def secrets_checks(ts: TorchServe, extra: Iterable[Path] = ()) -> List[Check]:
                   f"{len(places)} files scanned" + (f"; leaked in {leaks}" if leaks else ""))]
 
 
-def server_checks(ts: TorchServe, model: str) -> List[Check]:
+def server_checks(ts: TorchServe, model: str) -> list[Check]:
     """Every server-side check, through `model` (any served one with catalogue examples)."""
     say("security: tokens, loopback, model API, limits")
     return token_checks(ts, model) + loopback_checks(ts) + model_api_checks(ts, model) + limit_checks(ts, model)

@@ -22,12 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.load import loadgen, stats
+from benchmarks.load.resources import FRONTEND, WORKERS
 from benchmarks.load.traffic import (
     Traffic,
     capacity,
@@ -38,11 +40,10 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
+from build.catalogue import Catalogue
 from serving import properties
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS
-from benchmarks.load.resources import FRONTEND, WORKERS
-from build.catalogue import Catalogue
 
 GROWTH_LIMIT_PCT = 5.0
 SOAK_JVM = ("-Xms512m", "-XX:+AlwaysPreTouch")
@@ -66,7 +67,7 @@ class SoakResult:
     capacity_rps: float
     rate_rps: float
     minutes: float  # measured, after the warm-up
-    points: Tuple[Point, ...]
+    points: tuple[Point, ...]
     warmup_points: int  # the first points are the warm-up: not part of the growth
     traffic: Traffic
     p99_ms: Optional[float]  # over the whole run
@@ -86,7 +87,7 @@ class SoakResult:
         return 100.0 * (final - baseline) / baseline if baseline else None
 
     @property
-    def problems(self) -> Tuple[str, ...]:
+    def problems(self) -> tuple[str, ...]:
         out = []
         if self.traffic.ok != self.traffic.sent or not self.traffic.sent:
             out.append(f"not every request succeeded: {self.traffic.describe()}")

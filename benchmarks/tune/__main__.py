@@ -30,18 +30,10 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Optional
 
-from serving import processes
-from serving.errors import LauncherError
-from serving.repo import (
-    CATALOGUE,
-    DEFAULT_CONFIG,
-    MODEL_STORE,
-    REPORTS,
-    shown,
-)
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
 from benchmarks.tune.mix import options as mix_cli
@@ -51,6 +43,15 @@ from benchmarks.tune.pipeline import tune_model
 from build.catalogue import Catalogue
 from build.errors import BuildError
 from handlers.runtime import usable_cores
+from serving import processes
+from serving.errors import LauncherError
+from serving.repo import (
+    CATALOGUE,
+    DEFAULT_CONFIG,
+    MODEL_STORE,
+    REPORTS,
+    shown,
+)
 
 
 def _ints(text: str) -> tuple:
@@ -119,7 +120,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> List[TuneOptions]:
+def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> list[TuneOptions]:
     """One TuneOptions per model to tune: from the command line, or from a checkpoint to resume."""
     command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
     if args.resume:
@@ -182,7 +183,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return status
 
 
-def split_generating(models: Optional[List[str]]) -> tuple:
+def split_generating(models: Optional[list[str]]) -> tuple:
     """(the generating models among those asked for (default: every catalogue model), the others)."""
     catalogue = Catalogue.load(CATALOGUE)
     asked = models or list(catalogue.names)

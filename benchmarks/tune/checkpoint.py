@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Optional
 
 from benchmarks.tune.errors import CheckpointError
 from benchmarks.tune.rates import Measurer
@@ -31,10 +32,10 @@ def _rate_key(rate: float) -> str:
 class Checkpoint:
     """A JSON file (or nothing, with path None) of measurements keyed by phase, candidate and rate."""
 
-    def __init__(self, path: Optional[Path], identity: Dict[str, Any]) -> None:
+    def __init__(self, path: Optional[Path], identity: dict[str, Any]) -> None:
         self.path = None if path is None else Path(path)
         self.identity = json.loads(json.dumps(identity))  # as it will read back
-        self.data: Dict[str, Any] = {"format": FORMAT, "identity": self.identity, "fit": None, "points": {}}
+        self.data: dict[str, Any] = {"format": FORMAT, "identity": self.identity, "fit": None, "points": {}}
         self.replayed = 0
         if self.path is not None and self.path.is_file():
             self._load()
@@ -67,7 +68,7 @@ class Checkpoint:
         os.replace(tmp, self.path)  # never a half-written checkpoint
 
     # -- in-process fit ------------------------------------------------------------------------
-    def fit(self, measure: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    def fit(self, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         if self.data["fit"] is None:
             self.data["fit"] = measure()
             self.save()
@@ -76,7 +77,7 @@ class Checkpoint:
         return self.data["fit"]
 
     # -- served measurements ---------------------------------------------------------------------
-    def point(self, phase: str, candidate: str, rate: float, measure: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    def point(self, phase: str, candidate: str, rate: float, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         key = f"{phase}|{candidate}|{_rate_key(rate)}"
         if key in self.data["points"]:
             self.replayed += 1
@@ -86,7 +87,7 @@ class Checkpoint:
         self.save()
         return value
 
-    def replaying(self, measurer: Measurer) -> "Replaying":
+    def replaying(self, measurer: Measurer) -> Replaying:
         return Replaying(self, measurer)
 
     def get(self, name: str, default: Any = None) -> Any:

@@ -25,9 +25,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.tune.errors import ConfigWriteError
 from handlers.plan import THREADS_KEY
@@ -57,7 +58,7 @@ class Update:
     version: str = "1.0"
     archive: str = ""
 
-    def apply(self, entry: Dict[str, object]) -> Dict[str, object]:
+    def apply(self, entry: dict[str, object]) -> dict[str, object]:
         values = self.settings.to_json()
         out = dict(entry)
         for key in TUNED_KEYS:
@@ -90,7 +91,7 @@ class Provenance:
     unit: str = "req/s"  # a generating model: tokens/s
     latency: str = "p99"  # a generating model: "TTFT p99"
 
-    def lines(self) -> Tuple[str, ...]:
+    def lines(self) -> tuple[str, ...]:
         s = self.settings
         workers = f"{s.min_workers} worker{'s' if s.min_workers > 1 else ''} x {self.threads} thread" + (
             "s" if self.threads > 1 else "")
@@ -107,7 +108,7 @@ class Provenance:
 
 
 # -- reading the file ---------------------------------------------------------------------------
-def _logical_spans(lines: Sequence[str]) -> List[Tuple[int, int]]:
+def _logical_spans(lines: Sequence[str]) -> list[tuple[int, int]]:
     """(first, end) physical line ranges of each property (continuations included); comments and
     blank lines belong to none."""
     spans, i = [], 0
@@ -127,7 +128,7 @@ def _logical_spans(lines: Sequence[str]) -> List[Tuple[int, int]]:
     return spans
 
 
-def find_stanza(lines: Sequence[str]) -> Optional[Tuple[int, int]]:
+def find_stanza(lines: Sequence[str]) -> Optional[tuple[int, int]]:
     """The physical lines of the (last) `models` property, as Java would read it."""
     found = None
     for first, end in _logical_spans(lines):
@@ -175,7 +176,7 @@ def format_stanza(models: Mapping[str, Mapping[str, Mapping[str, object]]], newl
     return newline.join("\n".join(out).split("\n")) + newline
 
 
-def _parse_models(text: str) -> Dict[str, Dict[str, Dict[str, object]]]:
+def _parse_models(text: str) -> dict[str, dict[str, dict[str, object]]]:
     if not text.strip():
         return {}
     try:
@@ -188,8 +189,8 @@ def _parse_models(text: str) -> Dict[str, Dict[str, Dict[str, object]]]:
     return raw
 
 
-def updated_models(current: Dict[str, Dict[str, Dict[str, object]]],
-                   updates: Sequence[Update]) -> Dict[str, Dict[str, Dict[str, object]]]:
+def updated_models(current: dict[str, dict[str, dict[str, object]]],
+                   updates: Sequence[Update]) -> dict[str, dict[str, dict[str, object]]]:
     out = {name: dict(versions) for name, versions in current.items()}
     for update in updates:
         if not _NAME.match(update.name):
@@ -215,10 +216,10 @@ def rewrite(text: str, updates: Sequence[Update], records: Sequence[Provenance] 
     current = _parse_models(properties.parse(text).get("models", "")) if stanza else {}
     models = updated_models(current, updates)
     tuned = {r.model: [line + newline for line in r.lines()] for r in records}
-    kept_records: Dict[str, List[str]] = {}
-    body: List[str] = []
+    kept_records: dict[str, list[str]] = {}
+    body: list[str] = []
     insert_at = None
-    record: Optional[List[str]] = None  # the record whose lines are being read
+    record: Optional[list[str]] = None  # the record whose lines are being read
     for index, line in enumerate(lines):
         if stanza and stanza[0] <= index < stanza[1]:
             if index == stanza[0]:
@@ -243,7 +244,7 @@ def rewrite(text: str, updates: Sequence[Update], records: Sequence[Provenance] 
             body.append(newline)
         insert_at = len(body)
     kept_records.update(tuned)
-    block: List[str] = []
+    block: list[str] = []
     if kept_records:
         order = list(models) + [m for m in kept_records if m not in models]
         block.append(HEADER + newline)
@@ -256,8 +257,8 @@ def rewrite(text: str, updates: Sequence[Update], records: Sequence[Provenance] 
 LOAD_MODELS = "load_models="
 
 
-def with_load_models(lines: List[str], models: Mapping[str, Mapping[str, Mapping[str, object]]],
-                     newline: str) -> List[str]:
+def with_load_models(lines: list[str], models: Mapping[str, Mapping[str, Mapping[str, object]]],
+                     newline: str) -> list[str]:
     """The load_models line listing each models= entry's archive (its default version's marName):
     TorchServe loads what load_models names and only that, so a variant chosen in marName loads and
     its sibling archives in the store do not (load_models=all would register them all)."""
@@ -295,7 +296,7 @@ def snapshot_folder(config: Path, environ: Mapping[str, str] = os.environ) -> Pa
     return Path(config).resolve().parent / environ.get("LOG_LOCATION", "logs") / "config"
 
 
-def remove_snapshots(config: Path, environ: Mapping[str, str] = os.environ) -> Tuple[Path, ...]:
+def remove_snapshots(config: Path, environ: Mapping[str, str] = os.environ) -> tuple[Path, ...]:
     """Delete the snapshots that would replace `config` on a plain start; the removed paths."""
     folder = snapshot_folder(config, environ)
     try:
@@ -339,7 +340,7 @@ def write_config(path: Path, updates: Sequence[Update], records: Sequence[Proven
     return new
 
 
-def written_plan_problems(path: Path) -> List[str]:
+def written_plan_problems(path: Path) -> list[str]:
     """What no longer holds in the whole written file (serving/plan_check.py): a model tuned alone
     re-checks the cores budget of everything load_models loads, and the mix record against it."""
     config = ServerConfig.load(path)

@@ -12,9 +12,10 @@ import gc
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Optional
 
 from benchmarks.load import resources
 from benchmarks.tune.service_model import FitPoint
@@ -30,7 +31,7 @@ NOISY_OTHERS_PCT = 50.0
 @dataclass(frozen=True)
 class FitPlan:
     model: str
-    thread_counts: Tuple[int, ...]
+    thread_counts: tuple[int, ...]
     max_batch_size: int
     slo_ms: float
     seconds: float  # per (threads, batch size)
@@ -43,15 +44,15 @@ def _others_cpu(since: resources.Reading, groups: resources.ProcessGroups) -> fl
     return resources.usage(since, groups.read())[resources.OTHERS].cpu_pct
 
 
-def inprocess_fit(plan: FitPlan, progress: Progress) -> Dict:
+def inprocess_fit(plan: FitPlan, progress: Progress) -> dict:
     """{"points": [FitPoint json...], "seconds": wall time}: s(b) for each thread count.
 
     With plan.wait_quiet_s, a measurement during which other processes took more than half a core is
     repeated once the machine is quiet again (waiting is not counted in "seconds")."""
-    from serving.fake_context import FakeContext
     from benchmarks.bench.inprocess import extracted_archive, measure
     from benchmarks.load.inputs import worker_requests
     from handlers.handler import Handler
+    from serving.fake_context import FakeContext
 
     began = time.perf_counter()
     sizes = [b for b in FIT_BATCH_SIZES if b <= plan.max_batch_size] or [1]

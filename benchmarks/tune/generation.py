@@ -20,18 +20,19 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Optional
 
 from benchmarks.bench.generation_probes import throughput
 from benchmarks.load import stats
 from benchmarks.load.environment import cpu_model
+from benchmarks.tune.config_writer import Provenance, Update, write_config
+from benchmarks.tune.errors import TuneError
 from serving.launcher import TorchServe
 from serving.repo import shown
 from serving.ts_config import ModelSettings
-from benchmarks.tune.config_writer import Provenance, Update, write_config
-from benchmarks.tune.errors import TuneError
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 NEW_TOKENS = 64
@@ -74,7 +75,7 @@ def measure(store: Path, model: str, settings: ModelSettings, samples: int, conf
                      figures["ttft_p90_ms"])
 
 
-def choose(results: List[Candidate], slo_ms: float) -> Optional[Candidate]:
+def choose(results: list[Candidate], slo_ms: float) -> Optional[Candidate]:
     passing = [r for r in results if r.ttft_p99_ms <= slo_ms]
     if not passing:
         return None

@@ -12,8 +12,9 @@ compared. Neither side's measurement time counts: this is the referee, not the s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.load.capacity import RateSettings
 from benchmarks.tune.rates import Measurer
@@ -25,8 +26,8 @@ JUDGE_ROUNDS = 2
 
 @dataclass(frozen=True)
 class HeadToHead:
-    pick: Tuple[CandidateResult, ...]
-    best: Tuple[CandidateResult, ...]
+    pick: tuple[CandidateResult, ...]
+    best: tuple[CandidateResult, ...]
     start_rps: float
 
     @staticmethod

@@ -11,18 +11,18 @@ is quiet.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Optional
 
-from benchmarks.load import loadgen, runner, stats
+from benchmarks.load import loadgen, resources, runner, server_metrics, stats
 from benchmarks.load.capacity import kept_up
 from benchmarks.load.stats import StabilityRule
-from benchmarks.load import resources, server_metrics
-from serving.launcher import TorchServe
 from benchmarks.tune.fit import NOISY_OTHERS_PCT
 from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate
+from serving.launcher import TorchServe
 
 Progress = Callable[[str], None]
 # The noise band of a point's p99: within this factor of the SLO, on either side, a p99 could as
@@ -112,10 +112,10 @@ class ServedMeasurer:
         self._server: Optional[TorchServe] = None
         self._candidate: Optional[Candidate] = None
         self._pending_s = 0.0  # stop time of the last server, charged to the next start
-        self.worker_threads: Dict[str, tuple] = {}
-        self.conditions: List[dict] = []  # the machine at every server start (measurement hygiene)
+        self.worker_threads: dict[str, tuple] = {}
+        self.conditions: list[dict] = []  # the machine at every server start (measurement hygiene)
 
-    def __enter__(self) -> "ServedMeasurer":
+    def __enter__(self) -> ServedMeasurer:
         return self
 
     def __exit__(self, *exc: object) -> None:

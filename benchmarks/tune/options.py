@@ -8,19 +8,20 @@ the same checks. Paths inside the repository are recorded relative to it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 from benchmarks.load.capacity import RateSettings
 from benchmarks.load.stats import StabilityRule
-from serving.repo import REPO_ROOT, shown
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.measure import LoadSettings
 from benchmarks.tune.search import SearchSettings
 from benchmarks.tune.space import PRESETS, Space, preset
 from benchmarks.tune.verify import VerifySettings
+from serving.repo import REPO_ROOT, shown
 
 # The record's keys; `folder` and `wait_quiet` are where a run writes and how patiently it waits,
 # not what it measures, so they stay out of it (a resumed run may change both).
@@ -59,7 +60,7 @@ class TuneOptions:
     verify: VerifySettings
     config: Path
     model_store: Path
-    variants: Optional[Tuple[str, ...]]  # the catalogue variants to choose among; None: every one that passed
+    variants: Optional[tuple[str, ...]]  # the catalogue variants to choose among; None: every one that passed
     folder: Path  # the report folder (checkpoint included)
     wait_quiet_s: float
     record: Mapping[str, Any]
@@ -67,7 +68,7 @@ class TuneOptions:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], folder: Path, wait_quiet_s: float = 0.0,
-                    command: str = "") -> "TuneOptions":
+                    command: str = "") -> TuneOptions:
         unknown = sorted(set(record) - set(RECORD_KEYS))
         missing = [key for key in RECORD_KEYS if key not in record and key not in OPTIONAL_KEYS]
         if unknown or missing:

@@ -4,18 +4,19 @@ a provenance record), then verified from the written file on a real server."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Tuple
+from typing import Optional
 
-from serving.errors import LauncherError
-from serving.repo import shown
-from serving.ts_config import ServerConfig
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.config_writer import Provenance, Update, find_stanza, write_config
 from benchmarks.tune.measure import ServePlan
 from benchmarks.tune.results import CandidateResult
 from benchmarks.tune.verify import Verification, VerifySettings, verify
+from serving.errors import LauncherError
+from serving.repo import shown
+from serving.ts_config import ServerConfig
 
 Progress = Callable[[str], None]
 
@@ -50,7 +51,7 @@ def _provenance(plan: WritePlan, chosen: CandidateResult, defaults: Optional[Can
 
 def write_and_verify(plan: WritePlan, chosen: Optional[CandidateResult], defaults: Optional[CandidateResult],
                      environment: dict, archive: Path, checkpoint: Checkpoint,
-                     progress: Progress) -> Tuple[Optional[dict], Optional[Verification]]:
+                     progress: Progress) -> tuple[Optional[dict], Optional[Verification]]:
     """Write the chosen values (unless plan.write is off), then verify them (unless plan.verify is off)."""
     model, config = plan.serve.model, plan.serve.config
     if chosen is None:

@@ -12,11 +12,10 @@ each point and answers from its record on resume.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from benchmarks.load import resources
 from benchmarks.load.environment import describe_environment
-from serving.repo import CATALOGUE, REPO_ROOT, shown
 from benchmarks.tune import report, variants
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.config_writer import check_archives
@@ -31,6 +30,7 @@ from benchmarks.tune.service_model import FitPoint, ServiceModel
 from benchmarks.tune.space import torchserve_defaults
 from build.archive import build_entry
 from build.catalogue import Catalogue
+from serving.repo import CATALOGUE, REPO_ROOT, shown
 
 Progress = Callable[[str], None]
 

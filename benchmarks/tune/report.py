@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional
 
 from benchmarks.load import stats
-from serving.repo import shown
 from benchmarks.tune.judge import HeadToHead
 from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.results import CandidateResult, Point, best_of
 from benchmarks.tune.search import SearchResult
 from benchmarks.tune.service_model import ServiceModel
 from benchmarks.tune.verify import Verification
+from serving.repo import shown
 
 TARGET_SHARE_OF_BEST = 0.95
 TARGET_SHARE_OF_TIME = 0.15
@@ -162,7 +163,7 @@ def _tail(point: Optional[dict], label: bool = False) -> str:
     return stats.tail_text(latency) if label else stats.tail_cell(latency)
 
 
-def _rows(report: dict) -> List[dict]:
+def _rows(report: dict) -> list[dict]:
     """Every candidate result in the report, with its phase."""
     out = []
     for phase in ("search", "grid"):  # the search's results start with the defaults, when measured
@@ -189,7 +190,7 @@ def write_csv(path: Path, report: dict) -> None:
                              **{k: p[k] for k in CSV_FIELDS if k in p}})
 
 
-def _candidate_table(results: List[dict], chosen_key: Optional[str], with_prediction: bool) -> List[str]:
+def _candidate_table(results: list[dict], chosen_key: Optional[str], with_prediction: bool) -> list[str]:
     head = "| # | candidate | workers x threads | batch | delay ms |"
     head += " predicted req/s | start req/s |" if with_prediction else ""
     head += " req/s within SLO | p99 ms there | mean batch | points | seconds |"

@@ -6,8 +6,9 @@ all speak these types, and this module imports none of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.load.capacity import kept_up
 from benchmarks.tune.service_model import Prediction
@@ -29,13 +30,13 @@ class Point:
     overhead_s: float = 0.0  # server stop/start and warm-up paid just before this point
     mean_batch: Optional[float] = None
     stable: bool = True
-    warnings: Tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     others_cpu_pct: Optional[float] = None  # CPU other processes used meanwhile (100 = one core)
     # Recorded since reports print a thin p99 as its p90 and sample count (stats.tail_text): None
     # in points measured before.
     p90_ms: Optional[float] = None
     samples: Optional[int] = None  # the requests the latency figures are over
-    remeasured_p99_ms: Tuple[Optional[float], ...] = ()  # near the SLO: every measurement's p99 (median_point)
+    remeasured_p99_ms: tuple[Optional[float], ...] = ()  # near the SLO: every measurement's p99 (median_point)
 
     def passes(self, slo_ms: float) -> bool:
         """Stable (an unstable point sets no capacity), within the SLO, no errors, kept up."""
@@ -54,7 +55,7 @@ class Point:
         return out
 
     @classmethod
-    def from_json(cls, raw: dict) -> "Point":
+    def from_json(cls, raw: dict) -> Point:
         return cls(**{**raw, "warnings": tuple(raw.get("warnings", ())),
                       "remeasured_p99_ms": tuple(raw.get("remeasured_p99_ms", ()))})
 
@@ -65,7 +66,7 @@ class CandidateResult:
 
     candidate: Candidate
     phase: str
-    points: Tuple[Point, ...]
+    points: tuple[Point, ...]
     best: Optional[Point]
     start_rps: float
     prediction: Optional[Prediction] = None

@@ -15,8 +15,9 @@ checkpoints anything itself, so each is tested with no server at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Optional, Protocol
 
 from benchmarks.load.capacity import RateSettings
 from benchmarks.tune.rates import Measurer, evaluate
@@ -58,7 +59,7 @@ class Run:
     """What one strategy measured, in order, and why it stopped."""
 
     phase: str
-    results: Tuple[CandidateResult, ...]
+    results: tuple[CandidateResult, ...]
     stop_reason: str
 
     @property
@@ -67,7 +68,7 @@ class Run:
 
 
 def run(strategy: Strategy, measurer: Measurer, slo_ms: float, progress: Progress = print) -> Run:
-    results: List[CandidateResult] = []
+    results: list[CandidateResult] = []
     while (proposal := strategy.propose(tuple(results))) is not None:
         n = len(results) + 1
         progress(f"{strategy.phase} {n}: {proposal.candidate.label} from {proposal.start_rps:.1f} req/s")
@@ -88,7 +89,7 @@ class Fixed:
         self.proposals, self.phase, self.rates = tuple(proposals), phase, rates
 
     @classmethod
-    def grid(cls, candidates: Sequence[Candidate]) -> "Fixed":
+    def grid(cls, candidates: Sequence[Candidate]) -> Fixed:
         """The exhaustive reference the search is judged against."""
         return cls([Proposal(c, GRID_START_RPS) for c in candidates], "grid", GRID_RATES)
 
@@ -116,12 +117,12 @@ class SearchResult:
     """The model-guided search's outcome: what it measured (prior candidates first), its pick and
     its model's predictions before any served measurement and with the final calibration."""
 
-    results: Tuple[CandidateResult, ...]
+    results: tuple[CandidateResult, ...]
     chosen: Optional[CandidateResult]
     stop_reason: str
     model: ServiceModel
-    first_predictions: Tuple[Prediction, ...]
-    last_predictions: Tuple[Prediction, ...]
+    first_predictions: tuple[Prediction, ...]
+    last_predictions: tuple[Prediction, ...]
 
     @property
     def seconds(self) -> float:
@@ -156,18 +157,18 @@ class ModelGuided:
         in_space = {c.behaviour for c in self.candidates}
         self.choosable = [known for known in self.prior if known.candidate.behaviour in in_space]
         self.model = self.base
-        self.first: Optional[Tuple[Prediction, ...]] = None
+        self.first: Optional[tuple[Prediction, ...]] = None
         self.stop_reason = ""
 
     def calibrated(self, measured: Sequence[CandidateResult]) -> ServiceModel:
         """The fitted model with the served overhead learned from every measurement (always read
         against the uncalibrated model, so the order of measurements does not matter)."""
-        observations: Dict[int, List[Observation]] = {}
+        observations: dict[int, list[Observation]] = {}
         for result in self.prior + tuple(measured):
             observations.setdefault(result.candidate.workers, []).append(observation(result, self.rates))
         return self.base.calibrated(observations, self.slo_ms) if observations else self.base
 
-    def ranked(self, candidates: Sequence[Candidate]) -> List[Prediction]:
+    def ranked(self, candidates: Sequence[Candidate]) -> list[Prediction]:
         predictions = [self.model.predict(c, self.slo_ms) for c in candidates]
         return sorted(predictions, key=lambda p: (-round(p.rate_rps, 6), p.candidate))
 

@@ -28,10 +28,11 @@ import heapq
 import math
 import random
 import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.space import Candidate
@@ -61,7 +62,7 @@ class FitPoint:
                 "source": self.source}
 
     @classmethod
-    def from_json(cls, raw: dict) -> "FitPoint":
+    def from_json(cls, raw: dict) -> FitPoint:
         return cls(int(raw["threads"]), int(raw["batch_size"]), float(raw["service_ms"]), raw.get("source", ""))
 
 
@@ -76,7 +77,7 @@ class LinearServiceTime:
         return self.a_ms + self.c_ms * batch_size
 
     @classmethod
-    def fit(cls, points: Sequence[Tuple[int, float]]) -> "LinearServiceTime":
+    def fit(cls, points: Sequence[tuple[int, float]]) -> LinearServiceTime:
         """Least squares; a negative intercept (noise at small b) is refitted through the origin."""
         if not points:
             raise TuneError("no service-time measurements to fit")
@@ -106,7 +107,7 @@ class SimResult:
 
 
 @lru_cache(maxsize=4)
-def _unit_arrivals(n: int, seed: int) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
+def _unit_arrivals(n: int, seed: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Poisson arrivals at rate 1/ms (cumulative), and service-time noise factors (mean 1)."""
     rng = random.Random(seed)
     t, arrivals = 0.0, []
@@ -221,13 +222,13 @@ class Overhead:
         return self.per_batch_ms + self.per_request_ms * batch_size
 
     @classmethod
-    def split_at(cls, batch_size: float, total_ms: float = 1.0) -> "Overhead":
+    def split_at(cls, batch_size: float, total_ms: float = 1.0) -> Overhead:
         """total_ms at this batch size, half of it per batch and half per request: measured here
         both matter (all per batch would make large batches look free, all per request would hide
         batching's gain)."""
         return cls(total_ms / 2.0, total_ms / (2.0 * batch_size))
 
-    def scaled(self, factor: float) -> "Overhead":
+    def scaled(self, factor: float) -> Overhead:
         return Overhead(self.per_batch_ms * factor, self.per_request_ms * factor)
 
     def to_json(self) -> dict:
@@ -252,7 +253,7 @@ class ServiceModel:
     overhead_ms: float = DEFAULT_OVERHEAD_MS
 
     @classmethod
-    def fit(cls, points: Iterable[FitPoint], overhead_ms: float = DEFAULT_OVERHEAD_MS) -> "ServiceModel":
+    def fit(cls, points: Iterable[FitPoint], overhead_ms: float = DEFAULT_OVERHEAD_MS) -> ServiceModel:
         grouped = {}
         for p in points:
             grouped.setdefault(p.threads, []).append((p.batch_size, p.service_ms))
@@ -301,7 +302,7 @@ class ServiceModel:
                 high = mid
         return (low + high) / 2.0
 
-    def calibrated(self, observations: Mapping[int, Sequence[Observation]], slo_ms: float) -> "ServiceModel":
+    def calibrated(self, observations: Mapping[int, Sequence[Observation]], slo_ms: float) -> ServiceModel:
         """Workers -> what that many workers' measured candidates sustained. One overhead per
         worker count, shaped at the batch size the servers formed and scaled so that the model
         predicts what was measured: exactly, for one candidate; for several, the median of their

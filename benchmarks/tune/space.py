@@ -13,11 +13,12 @@ never exceeds the cores by construction. Pinning another thread count means sett
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Optional, Tuple
+from typing import Optional
 
-from serving.ts_config import ModelSettings
 from benchmarks.tune.errors import TuneError
+from serving.ts_config import ModelSettings
 
 MAX_BATCH_SIZE = 32
 # TorchServe 0.12 (Model.pollInferJob) stops filling a batch once its remaining delay is <= 0:
@@ -54,7 +55,7 @@ class Candidate:
         return f"w{self.workers}-t{self.threads}-b{self.batch_size}-d{self.max_batch_delay_ms}"
 
     @property
-    def behaviour(self) -> Tuple[int, int, int, int]:
+    def behaviour(self) -> tuple[int, int, int, int]:
         """Candidates that behave the same share this: with batch size 1 the delay is never used."""
         delay = 0 if self.batch_size == 1 else self.max_batch_delay_ms
         return (self.workers, self.threads, self.batch_size, delay)
@@ -74,7 +75,7 @@ class Candidate:
                 "max_batch_delay_ms": self.max_batch_delay_ms}
 
     @classmethod
-    def from_json(cls, raw: dict) -> "Candidate":
+    def from_json(cls, raw: dict) -> Candidate:
         return cls(int(raw["workers"]), int(raw["threads"]), int(raw["batch_size"]), int(raw["max_batch_delay_ms"]))
 
 
@@ -87,9 +88,9 @@ def torchserve_defaults(cores: int) -> Candidate:
 @dataclass(frozen=True)
 class Space:
     cores: int
-    workers: Tuple[int, ...]
-    batch_sizes: Tuple[int, ...]
-    delays_ms: Tuple[int, ...]
+    workers: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+    delays_ms: tuple[int, ...]
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -106,7 +107,7 @@ class Space:
         if bad:
             raise TuneError(f"delays {bad} below {MIN_DELAY_MS} ms (TorchServe caps batches at 2 with delay 0)")
 
-    def candidates(self) -> Tuple[Candidate, ...]:
+    def candidates(self) -> tuple[Candidate, ...]:
         """Every distinct candidate; batch size 1 appears once per worker count (no delay to tune)."""
         out = []
         for workers in sorted(set(self.workers)):
@@ -117,7 +118,7 @@ class Space:
         return tuple(out)
 
     @property
-    def thread_counts(self) -> Tuple[int, ...]:
+    def thread_counts(self) -> tuple[int, ...]:
         return tuple(sorted({auto_threads(w, self.cores) for w in self.workers}))
 
     @property

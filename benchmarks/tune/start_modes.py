@@ -16,22 +16,21 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
-from benchmarks.load import loadgen, runner, stats
+from benchmarks.load import loadgen, resources, runner, stats
 from benchmarks.load.mix import Mix, MixPoint, mixed_payloads
 from benchmarks.load.stats import StabilityRule
-from benchmarks.load import resources
-from serving.launcher import StartCommand, TorchServe
-from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS, shown
-from serving.ts_config import ServerConfig
 from benchmarks.tune.config_writer import Update, write_config
-from serving.mix_record import read_mix
 from build.catalogue import Catalogue
 from handlers.frontend import CONFIG_ENV
 from handlers.runtime import usable_cores
+from serving.launcher import StartCommand, TorchServe
+from serving.mix_record import read_mix
+from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS, shown
+from serving.ts_config import ServerConfig
 
 WARMUP_WINDOWS = 1
 

@@ -12,8 +12,9 @@ activation scale is computed over the whole batch).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Optional
 
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.fit import FitPlan
@@ -60,7 +61,7 @@ def predicted_best(points: Sequence[dict], space: Space, slo_ms: float) -> dict:
 def choose(fits: Mapping[str, dict], built: BuildResult, space: Space, slo_ms: float, default: str,
            progress: Progress) -> dict:
     """{"variant": chosen, "variants": {name: {gate, items_per_s, predicted}}}: the fits' verdict."""
-    table: Dict[str, dict] = {}
+    table: dict[str, dict] = {}
     lines = {v.variant: v for v in built.variants}
     for name, fit in fits.items():
         table[name] = {"gate": lines[name].gate, "gate_worst": lines[name].gate_worst,

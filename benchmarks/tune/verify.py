@@ -13,17 +13,18 @@ provenance record is this one, the one `make bench` on the written values measur
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Tuple
+from typing import Optional
 
 from benchmarks.load import stats
 from benchmarks.load.capacity import REFERENCE_WINDOW_S, RateSettings, find_max_rate
 from benchmarks.load.stats import StabilityRule
-from serving.repo import shown
 from benchmarks.tune.measure import ServedMeasurer, ServePlan
 from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate
 from build.catalogue import FRONTEND_KEYS
+from serving.repo import shown
 
 Progress = Callable[[str], None]
 # From the search's rate, small steps: it is near the capacity already.
@@ -42,9 +43,9 @@ class VerifySettings:
 class Verification:
     config: str
     described: dict  # the frontend's view of the model
-    mismatches: Tuple[str, ...]
-    worker_threads: Tuple[int, ...]
-    points: Tuple[Point, ...]
+    mismatches: tuple[str, ...]
+    worker_threads: tuple[int, ...]
+    points: tuple[Point, ...]
     slo_ms: float
     seconds: float
 
@@ -77,7 +78,7 @@ class Verification:
                 "passed": self.passed, "summary": self.summary(), "seconds": round(self.seconds, 2)}
 
     @classmethod
-    def from_json(cls, raw: dict, slo_ms: float) -> "Verification":
+    def from_json(cls, raw: dict, slo_ms: float) -> Verification:
         return cls(raw["config"], raw["described"], tuple(raw["mismatches"]), tuple(raw["worker_threads"]),
                    tuple(Point.from_json(p) for p in raw["points"]), slo_ms, raw["seconds"])
 

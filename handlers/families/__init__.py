@@ -15,7 +15,7 @@ from handlers.families.image_classifier import ImageClassifier
 from handlers.families.tensor import TensorModel
 from handlers.families.text_embedder import TextEmbedder
 
-FAMILIES: Dict[str, type] = {family.name: family for family in (ImageClassifier, TextEmbedder, TensorModel, CausalLM,
+FAMILIES: dict[str, type] = {family.name: family for family in (ImageClassifier, TextEmbedder, TensorModel, CausalLM,
                                                              QuantileForecaster)}
 
 

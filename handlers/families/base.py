@@ -17,15 +17,16 @@ compares it with (`stock_baseline`).
 
 from __future__ import annotations
 
-from pathlib import Path
 import math
-from typing import Any, ClassVar, List, Mapping, Optional, Sequence, Tuple, Union
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Optional, Union
 
 import torch
 
 from handlers.families.cases import JSON, Case, invalid, json_body, unique
 
-Inputs = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
+Inputs = Union[torch.Tensor, tuple[torch.Tensor, ...]]
 
 
 class Family:
@@ -76,13 +77,13 @@ class Family:
     def collate(self, items: Sequence[Any]) -> Inputs:
         raise NotImplementedError
 
-    def model_inputs(self, batch: Any) -> Tuple[torch.Tensor, ...]:
+    def model_inputs(self, batch: Any) -> tuple[torch.Tensor, ...]:
         """The model's forward arguments from what `collate` or `example_batch` returned. A family
         whose answers depend on per-request options collates them beside its tensors and hands
         `postprocess` the whole batch (handlers/families/forecaster.py)."""
         return batch if isinstance(batch, tuple) else (batch,)
 
-    def postprocess(self, outputs: torch.Tensor, inputs: Inputs) -> List[Any]:
+    def postprocess(self, outputs: torch.Tensor, inputs: Inputs) -> list[Any]:
         """One JSON-ready answer per item of the batch."""
         raise NotImplementedError
 
@@ -96,7 +97,7 @@ class Family:
 
     # ---- what the tools need from a family -------------------------------------------------
     @classmethod
-    def bad_inputs(cls, settings: Any) -> List[Case]:
+    def bad_inputs(cls, settings: Any) -> list[Case]:
         """Requests a model of this family must answer itself, each with its outcome: valid edge
         cases (200 and a well-formed answer) and invalid ones (a 4xx whose message names the
         problem). `settings`: the model's family settings. A family adds its own to these."""
@@ -108,13 +109,13 @@ class Family:
         return cls.stamped(cases)
 
     @classmethod
-    def stamped(cls, cases: List[Case]) -> List[Case]:
+    def stamped(cls, cases: list[Case]) -> list[Case]:
         """The cases, marked as this family's, names checked unique."""
         return unique([Case(c.name, cls.name, c.body, c.content_type, c.valid, c.status, c.words, c.layer, c.source)
                        for c in cases])
 
     @classmethod
-    def example_inputs(cls, settings: Any) -> List[Case]:
+    def example_inputs(cls, settings: Any) -> list[Case]:
         """Requests a model of this family answers: the valid ones of its cases (the tools send
         them when a catalogue entry lists no examples of its own)."""
         return [case for case in cls.bad_inputs(settings) if case.valid]

@@ -9,9 +9,10 @@ token's logits for a batch of prompts) for the build's smoke test, gate and spee
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Literal, Optional
 
 import torch
 
@@ -102,7 +103,7 @@ class CausalLM(Family):
     def handler_entry(cls, settings: CausalLMSettings) -> str:
         return "handlers/async_handler.py" if settings.mode == "async" else super().handler_entry(settings)
 
-    def encode(self, text: str) -> List[int]:
+    def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode_text(self, ids: Sequence[int]) -> str:
@@ -132,7 +133,7 @@ class CausalLM(Family):
                 raise BadInput(f"malformed JSON: {err}"[:300]) from None
         return parse_request(body, self.encode, self.limits)
 
-    def collate(self, items: Sequence[GenerationRequest]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def collate(self, items: Sequence[GenerationRequest]) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompts left-padded to the longest: each row's last column is its last prompt token."""
         width = max(len(item.prompt_ids) for item in items)
         ids = torch.full((len(items), width), self.eos_id, dtype=torch.long)
@@ -142,7 +143,7 @@ class CausalLM(Family):
             mask[row, width - len(item.prompt_ids):] = 1
         return ids, mask
 
-    def postprocess(self, outputs: torch.Tensor, inputs) -> List[dict]:
+    def postprocess(self, outputs: torch.Tensor, inputs) -> list[dict]:
         tokens = outputs.argmax(dim=-1).tolist()
         return [{"next_token": token, "text": self.decode_text([token])} for token in tokens]
 
@@ -159,7 +160,7 @@ class CausalLM(Family):
         return "classification"  # the next token: top-1 agreement
 
     @classmethod
-    def bad_inputs(cls, settings: CausalLMSettings) -> List[Case]:
+    def bad_inputs(cls, settings: CausalLMSettings) -> list[Case]:
         return cls.stamped(causal_lm_cases.cases(settings))
 
     @classmethod

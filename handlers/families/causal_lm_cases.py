@@ -4,7 +4,7 @@ the field it names."""
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any
 
 from handlers.families.cases import JSON, Case, invalid, json_body, valid
 
@@ -15,7 +15,7 @@ def _ask(**fields: Any) -> bytes:
     return json_body({"prompt": PROMPT, "max_new_tokens": 2, **fields})
 
 
-def cases(settings: Any) -> List[Case]:
+def cases(settings: Any) -> list[Case]:
     """`settings`: the family's CausalLMSettings (read: max_new_tokens, max_body_bytes)."""
     most = settings.max_new_tokens
     return [

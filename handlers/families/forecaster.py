@@ -14,9 +14,10 @@ batch at once (handlers/families/quantile_post.py). Every malformed field is a 4
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -48,7 +49,7 @@ class Forecast:
     """One request: its series' windows (rows, window) and what each asked for."""
 
     windows: np.ndarray
-    options: Tuple[RowOptions, ...]
+    options: tuple[RowOptions, ...]
     several: bool  # the {"series": [...]} form: answered as {"series": [...]}
 
 
@@ -57,7 +58,7 @@ class ForecastBatch:
     """What `collate` returns: the model's input and, beside it, each request's options."""
 
     windows: torch.Tensor
-    forecasts: Tuple[Forecast, ...]
+    forecasts: tuple[Forecast, ...]
 
 
 def _integer(value: Any, field: str, low: int, high: int) -> int:
@@ -136,7 +137,7 @@ class QuantileForecaster(Family):
         decoded = [self._series(one, f"series[{i}].") for i, one in enumerate(series)]
         return Forecast(np.stack([w for w, _ in decoded]), tuple(o for _, o in decoded), several=True)
 
-    def _series(self, body: Any, at: str) -> Tuple[np.ndarray, RowOptions]:
+    def _series(self, body: Any, at: str) -> tuple[np.ndarray, RowOptions]:
         s = self.settings
         if not isinstance(body, dict):
             raise BadInput(f"{at or 'body'}: a JSON object with 'history', got {type(body).__name__}")
@@ -170,10 +171,10 @@ class QuantileForecaster(Family):
         windows = items[0].windows if len(items) == 1 else np.concatenate([f.windows for f in items])
         return ForecastBatch(torch.from_numpy(np.ascontiguousarray(windows)), tuple(items))
 
-    def model_inputs(self, batch: Union[ForecastBatch, torch.Tensor]) -> Tuple[torch.Tensor, ...]:
+    def model_inputs(self, batch: Union[ForecastBatch, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return (batch.windows,) if isinstance(batch, ForecastBatch) else (batch,)
 
-    def postprocess(self, outputs: torch.Tensor, inputs: Union[ForecastBatch, torch.Tensor]) -> List[Any]:
+    def postprocess(self, outputs: torch.Tensor, inputs: Union[ForecastBatch, torch.Tensor]) -> list[Any]:
         s = self.settings
         if outputs.dim() != 3 or outputs.shape[1] < s.horizon or outputs.shape[2] != len(s.quantiles):
             raise ServerFault(f"the model returned shape {list(outputs.shape)}; quantile_forecaster expects "
@@ -206,7 +207,7 @@ class QuantileForecaster(Family):
         return "tensor"
 
     @classmethod
-    def bad_inputs(cls, settings: ForecasterSettings) -> List[Case]:
+    def bad_inputs(cls, settings: ForecasterSettings) -> list[Case]:
         return cls.stamped(forecaster_cases.cases(settings))
 
     @classmethod

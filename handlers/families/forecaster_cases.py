@@ -4,7 +4,6 @@ both request forms answered, and each way to get a field wrong refused with the 
 from __future__ import annotations
 
 import json
-from typing import List
 
 from handlers.families.cases import Case, invalid, valid
 from handlers.families.forecaster_settings import ForecasterSettings
@@ -16,7 +15,7 @@ def _json(value) -> bytes:
     return json.dumps(value).encode()  # writes NaN and Infinity as Python's json reads them
 
 
-def cases(settings: ForecasterSettings) -> List[Case]:
+def cases(settings: ForecasterSettings) -> list[Case]:
     s = settings
     low = 0.0 if s.min is None else s.min
     high = low + 100.0 if s.max is None else s.max

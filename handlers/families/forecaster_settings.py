@@ -4,7 +4,7 @@ family and by its cases."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional, Tuple
+from typing import Literal, Optional
 
 from handlers.errors import ConfigError
 
@@ -15,7 +15,7 @@ class ForecasterSettings:
 
     window: int = 0  # values of history the model reads (required)
     horizon: int = 0  # steps it forecasts (required): a request may ask for fewer
-    quantiles: Tuple[float, ...] = ()  # the model's outputs, in order (required), e.g. [0.1, 0.5, 0.9]
+    quantiles: tuple[float, ...] = ()  # the model's outputs, in order (required), e.g. [0.1, 0.5, 0.9]
     min: Optional[float] = None  # the series' range: history outside it is refused, forecasts clipped
     max: Optional[float] = None
     max_history: int = 100_000  # longest history accepted (only the last `window` values are read)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from functools import lru_cache
-from typing import Iterable
+from collections.abc import Iterable
+from functools import cache
 
 import numpy as np
 from PIL import Image
@@ -15,7 +15,7 @@ from PIL import Image
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-@lru_cache(maxsize=None)
+@cache
 def photo(name: str = "coffee.png") -> Image.Image:
     """A photo-like RGB picture, 640x480, seeded by `name`: smooth light, a few hard-edged shapes and
     sensor noise, so JPEG and PNG compress it as they do photographs. What the cases take apart (its

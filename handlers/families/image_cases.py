@@ -5,7 +5,6 @@ of random size). Same seed, same cases."""
 from __future__ import annotations
 
 import random
-from typing import List
 
 import numpy as np
 from PIL import Image
@@ -36,7 +35,7 @@ def _bad(name: str, body: bytes, status: int = 400, words: str = "", content_typ
     return invalid(name, body, content_type, status, words)
 
 
-def valid_images() -> List[Case]:
+def valid_images() -> list[Case]:
     rgb = photo()
     small = rgb.resize((300, 200))
     jpeg = encode(rgb, "JPEG", quality=90)
@@ -86,7 +85,7 @@ def valid_images() -> List[Case]:
     ]
 
 
-def invalid_images() -> List[Case]:
+def invalid_images() -> list[Case]:
     rgb = photo()
     jpeg = encode(rgb, "JPEG", quality=90)
     png = encode(rgb.resize((300, 200)), "PNG")
@@ -149,7 +148,7 @@ PHOTOS = ("coffee.png", "chelsea.png", "astronaut.png", "rocket.jpg")
 IMAGE_MODES = ("RGB", "L", "LA", "RGBA", "P", "1", "I;16", "CMYK")
 
 
-def random_bytes(rng: random.Random, count: int) -> List[Case]:
+def random_bytes(rng: random.Random, count: int) -> list[Case]:
     cases = []
     for i in range(count):
         body = bytearray(rng.randbytes(rng.randint(1, 4096)))
@@ -160,7 +159,7 @@ def random_bytes(rng: random.Random, count: int) -> List[Case]:
     return cases
 
 
-def cut_photos(rng: random.Random) -> List[Case]:
+def cut_photos(rng: random.Random) -> list[Case]:
     """Each photo as JPEG and PNG, cut at random points inside its pixel data."""
     cases = []
     for name in PHOTOS:
@@ -177,7 +176,7 @@ def cut_photos(rng: random.Random) -> List[Case]:
     return cases
 
 
-def broken_signatures(rng: random.Random, count: int) -> List[Case]:
+def broken_signatures(rng: random.Random, count: int) -> list[Case]:
     """A real photo whose magic bytes are overwritten: nothing identifies it as an image."""
     cases = []
     for i in range(count):
@@ -189,7 +188,7 @@ def broken_signatures(rng: random.Random, count: int) -> List[Case]:
     return cases
 
 
-def random_images(rng: random.Random, count: int) -> List[Case]:
+def random_images(rng: random.Random, count: int) -> list[Case]:
     """Valid images of random size, mode and content: all must be classified."""
     cases = []
     for i in range(count):
@@ -205,7 +204,7 @@ def random_images(rng: random.Random, count: int) -> List[Case]:
     return cases
 
 
-def random_bombs(rng: random.Random, count: int) -> List[Case]:
+def random_bombs(rng: random.Random, count: int) -> list[Case]:
     """Headers declaring more pixels than the 40 MP limit, with almost no data behind them."""
     jpeg = encode(photo().resize((64, 48)), "JPEG")
     cases = []
@@ -218,7 +217,7 @@ def random_bombs(rng: random.Random, count: int) -> List[Case]:
     return cases
 
 
-def cases(seed: int = SEED) -> List[Case]:
+def cases(seed: int = SEED) -> list[Case]:
     rng = random.Random(seed)
     return (valid_images() + [multipart_image()] + invalid_images() + random_bytes(rng, 12) + cut_photos(rng)
             + broken_signatures(rng, 8) + random_images(rng, 16) + random_bombs(rng, 8))

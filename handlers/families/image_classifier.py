@@ -7,14 +7,15 @@ square), the channels, the normalisation and the labels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
 
-from handlers.families.base import Family
 from handlers.families import image_cases
+from handlers.families.base import Family
 from handlers.families.cases import Case
 from handlers.families.image_decode import decode_image
 from handlers.families.image_settings import ImageSettings
@@ -47,7 +48,7 @@ class ImageClassifier(Family):
             batch = batch.contiguous()
         return batch.float().sub_(self.mean).div_(self.std)
 
-    def postprocess(self, outputs: torch.Tensor, inputs) -> List[dict]:
+    def postprocess(self, outputs: torch.Tensor, inputs) -> list[dict]:
         return top_k(outputs, class_names(self.labels, outputs.shape[-1], self.name), self.settings.top_k)
 
     def example_batch(self, size: int) -> torch.Tensor:
@@ -59,7 +60,7 @@ class ImageClassifier(Family):
         return "classification"
 
     @classmethod
-    def bad_inputs(cls, settings: ImageSettings) -> List[Case]:
+    def bad_inputs(cls, settings: ImageSettings) -> list[Case]:
         return cls.stamped(image_cases.cases())
 
     @classmethod

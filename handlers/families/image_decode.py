@@ -17,7 +17,6 @@ from PIL import Image
 from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
 from handlers.families.image_settings import ImageSettings
 
-
 FORMATS = ("JPEG", "PNG")
 # Everything PIL raises for a corrupt or truncated file, found by fuzzing its JPEG/PNG readers.
 _CORRUPT = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError, TypeError)

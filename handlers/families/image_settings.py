@@ -4,7 +4,7 @@ family and by the decoder, so they live apart from both."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 from handlers.errors import ConfigError
 
@@ -17,8 +17,8 @@ class ImageSettings:
     image_size: int = 224  # the model's square input side
     resize_size: int = 256  # the shorter side is resized to this, then the centre is cropped
     channels: int = 3  # 3: RGB, 1: greyscale
-    mean: Tuple[float, ...] = (127.0,)  # in 0..255 pixel units: one value, or one per channel
-    std: Tuple[float, ...] = (128.0,)
+    mean: tuple[float, ...] = (127.0,)  # in 0..255 pixel units: one value, or one per channel
+    std: tuple[float, ...] = (128.0,)
     top_k: int = 5
     max_body_bytes: int = 16 * 1024 * 1024
     max_image_pixels: int = 40_000_000

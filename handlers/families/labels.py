@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import torch
 
 from handlers.errors import ConfigError
 
 
-def load_labels(path: Path) -> List[str]:
+def load_labels(path: Path) -> list[str]:
     """Class names by index: a JSON list, or {"index": "name, synonym, ..."} (first synonym kept).
 
     ImageNet repeats a few names ("crane" the bird and the machine): those get their class index
@@ -24,7 +24,7 @@ def load_labels(path: Path) -> List[str]:
     return [f"{name} ({i})" if name in repeated else name for i, name in enumerate(short)]
 
 
-def class_names(labels: Optional[List[str]], classes: int, where: str) -> List[str]:
+def class_names(labels: Optional[list[str]], classes: int, where: str) -> list[str]:
     """The labels for a model with `classes` outputs (their indices when there are none)."""
     if labels is None:
         return [str(i) for i in range(classes)]
@@ -33,7 +33,7 @@ def class_names(labels: Optional[List[str]], classes: int, where: str) -> List[s
     return labels
 
 
-def top_k(outputs: torch.Tensor, labels: List[str], k: int) -> List[dict]:
+def top_k(outputs: torch.Tensor, labels: list[str], k: int) -> list[dict]:
     """{label: probability} of the k most likely classes per row, highest first (softmax over the row)."""
     probabilities, indices = outputs.float().softmax(dim=-1).topk(min(k, outputs.shape[-1]), dim=-1)
     return [{labels[i]: round(p, 6) for p, i in zip(row_p, row_i)}

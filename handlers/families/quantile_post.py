@@ -9,8 +9,9 @@ benchmark measures against, and the reference the unit tests hold the arrays to.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional
 
 import numpy as np
 
@@ -20,7 +21,7 @@ class RowOptions:
     """What one series asked for: steps to return, thresholds to watch, over how many steps."""
 
     horizon: int
-    thresholds: Tuple[float, ...] = ()
+    thresholds: tuple[float, ...] = ()
     alert_within: int = 0  # steps the alerts look at (<= horizon)
 
 
@@ -30,7 +31,7 @@ def quantile_key(q: float) -> str:
 
 
 def forecast_rows(values: np.ndarray, options: Sequence[RowOptions], keys: Sequence[str],
-                  low: Optional[float], high: Optional[float]) -> List[dict]:
+                  low: Optional[float], high: Optional[float]) -> list[dict]:
     """values (rows, steps, quantiles) -> one answer per row: {"horizon", "quantiles", "alerts"}."""
     values = np.sort(values, axis=-1)
     if low is not None or high is not None:
@@ -64,7 +65,7 @@ def forecast_rows(values: np.ndarray, options: Sequence[RowOptions], keys: Seque
 
 
 def forecast_rows_loop(values: np.ndarray, options: Sequence[RowOptions], keys: Sequence[str],
-                       low: Optional[float], high: Optional[float]) -> List[dict]:
+                       low: Optional[float], high: Optional[float]) -> list[dict]:
     """The same answers, one Python operation per value (sorted(), min/max, a scan per threshold);
     values in the array's own type, so that both encode to the same JSON."""
     low, high = (None if b is None else float(values.dtype.type(b)) for b in (low, high))  # as np.clip casts

@@ -12,15 +12,16 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
-from handlers.families.base import Family
 from handlers.families import tensor_cases
+from handlers.families.base import Family
 from handlers.families.cases import Case
 from handlers.families.labels import class_names, load_labels, top_k, top_k_disagreement, top_k_problem
 from handlers.families.tensor_settings import NPY, TensorSettings
@@ -130,7 +131,7 @@ class TensorModel(Family):
     def collate(self, items: Sequence[np.ndarray]) -> torch.Tensor:
         return torch.from_numpy(np.stack(items))
 
-    def postprocess(self, outputs: torch.Tensor, inputs) -> List[Any]:
+    def postprocess(self, outputs: torch.Tensor, inputs) -> list[Any]:
         if self.settings.output == "raw":
             return [{"outputs": row} for row in outputs.float().cpu().tolist()]
         labels = class_names(self.labels, outputs.shape[-1], self.name)
@@ -149,7 +150,7 @@ class TensorModel(Family):
         return "tensor" if self.settings.output == "raw" else "classification"
 
     @classmethod
-    def bad_inputs(cls, settings: TensorSettings) -> List[Case]:
+    def bad_inputs(cls, settings: TensorSettings) -> list[Case]:
         return cls.stamped(tensor_cases.cases(settings))
 
     @classmethod

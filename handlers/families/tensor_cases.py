@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import math
-from typing import List
 
 import numpy as np
 
@@ -33,7 +32,7 @@ def _with_first(array: np.ndarray, value: float) -> list:
     return changed.tolist()
 
 
-def cases(settings: TensorSettings) -> List[Case]:
+def cases(settings: TensorSettings) -> list[Case]:
     shape, dtype = list(settings.shape), np.dtype(settings.dtype)
     low = 0 if settings.min is None else settings.min
     high = low + 1 if settings.max is None else settings.max

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Optional, Tuple
+from typing import Literal, Optional
 
 from handlers.errors import ConfigError
 
@@ -16,7 +16,7 @@ NPY = "application/x-npy"
 class TensorSettings:
     """settings.tensor: what one item is, and what the answer is."""
 
-    shape: Optional[Tuple[int, ...]] = None  # one item, without the batch dimension (required)
+    shape: Optional[tuple[int, ...]] = None  # one item, without the batch dimension (required)
     dtype: DType = "float32"
     min: Optional[float] = None  # every value within [min, max] when given
     max: Optional[float] = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Callable, List
+from collections.abc import Callable
 
 from handlers.families.cases import Case, invalid, multipart, valid
 
@@ -26,7 +26,7 @@ def _json(value) -> bytes:
     return json.dumps(value).encode()
 
 
-def valid_texts() -> List[Case]:
+def valid_texts() -> list[Case]:
     return [
         _ok("text/plain", SENTENCE.encode()),
         _ok("text/plain; charset=utf-8", SENTENCE.encode(), "text/plain; charset=utf-8"),
@@ -56,7 +56,7 @@ def valid_texts() -> List[Case]:
     ]
 
 
-def invalid_texts() -> List[Case]:
+def invalid_texts() -> list[Case]:
     nested_lists = b"[" * 100_000 + b"]" * 100_000
     nested_objects = b'{"text": ' * 50_000 + b'"x"' + b"}" * 50_000
     form, form_type = multipart({"a": b"one", "b": b"two"})
@@ -121,7 +121,7 @@ WORDS = ("model", "serve", "batch", "river", "quiet", "signal", "paper", "orange
 CONTROL = "".join(chr(c) for c in (*range(0, 32), 127))
 
 
-def random_bytes(rng: random.Random, count: int) -> List[Case]:
+def random_bytes(rng: random.Random, count: int) -> list[Case]:
     cases = []
     for i in range(count):
         text = bytearray(rng.randbytes(rng.randint(1, 4096)))
@@ -132,7 +132,7 @@ def random_bytes(rng: random.Random, count: int) -> List[Case]:
 
 
 def _random_json(rng: random.Random, depth: int = 0):
-    kinds: List[Callable[[], object]] = [
+    kinds: list[Callable[[], object]] = [
         lambda: rng.randint(-10**12, 10**12), lambda: rng.random() * 1e6, lambda: None, lambda: rng.random() < 0.5,
         lambda: [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))],
         lambda: {rng.choice(WORDS): _random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))},
@@ -142,7 +142,7 @@ def _random_json(rng: random.Random, depth: int = 0):
     return rng.choice(kinds[:4])()
 
 
-def wrong_json(rng: random.Random, count: int) -> List[Case]:
+def wrong_json(rng: random.Random, count: int) -> list[Case]:
     """Random JSON that is not {"text": "<something>"}: objects without "text", or a non-string there."""
     cases = []
     for i in range(count):
@@ -160,7 +160,7 @@ def sentence(rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
 
 
-def broken_utf8(rng: random.Random, count: int) -> List[Case]:
+def broken_utf8(rng: random.Random, count: int) -> list[Case]:
     bad = (b"\xff", b"\xc0\x80", b"\xed\xb0\x80", b"\xe2\x82", b"\xf8\x88\x80\x80\x80", b"\x80")
     cases = []
     for i in range(count):
@@ -172,7 +172,7 @@ def broken_utf8(rng: random.Random, count: int) -> List[Case]:
     return cases
 
 
-def control_characters(rng: random.Random, count: int) -> List[Case]:
+def control_characters(rng: random.Random, count: int) -> list[Case]:
     """Only control characters: refused. Words sprinkled with control characters: embedded."""
     cases = []
     for i in range(count):
@@ -185,7 +185,7 @@ def control_characters(rng: random.Random, count: int) -> List[Case]:
     return cases
 
 
-def cases(seed: int = SEED) -> List[Case]:
+def cases(seed: int = SEED) -> list[Case]:
     rng = random.Random(seed)
     return (valid_texts() + invalid_texts() + random_bytes(rng, 12) + wrong_json(rng, 16) + broken_utf8(rng, 10)
             + control_characters(rng, 8))

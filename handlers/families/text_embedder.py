@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
 
 from handlers.errors import BadInput, ConfigError, PayloadTooLarge, UnsupportedMediaType
-from handlers.families.base import Family
 from handlers.families import text_cases
+from handlers.families.base import Family
 from handlers.families.cases import Case
 from handlers.families.pooling import PooledEncoder
 
@@ -132,13 +133,13 @@ class TextEmbedder(Family):
     def decode(self, body, content_type: str) -> str:
         return text_from_body(body, content_type, self.settings)
 
-    def collate(self, items: Sequence[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def collate(self, items: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         encodings = self.tokenizer.encode_batch(list(items))
         ids = torch.from_numpy(np.array([e.ids for e in encodings], dtype=np.int64))
         mask = torch.from_numpy(np.array([e.attention_mask for e in encodings], dtype=np.int64))
         return ids, mask
 
-    def postprocess(self, outputs: torch.Tensor, inputs) -> List[dict]:
+    def postprocess(self, outputs: torch.Tensor, inputs) -> list[dict]:
         return [{"embedding": row} for row in outputs.float().cpu().tolist()]
 
     def example_batch(self, size: int):
@@ -150,7 +151,7 @@ class TextEmbedder(Family):
         return "embedding"
 
     @classmethod
-    def bad_inputs(cls, settings: TextSettings) -> List[Case]:
+    def bad_inputs(cls, settings: TextSettings) -> list[Case]:
         return cls.stamped(text_cases.cases())
 
     @classmethod

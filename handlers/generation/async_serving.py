@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Dict, List, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError
@@ -36,7 +37,7 @@ class AsyncGenerationService:
     def __init__(self, engine: Engine, model_name: str, decode: Callable, reject: Callable,
                  max_running: int = 0, priority_of: Callable[[Any, int], Optional[str]] = lambda c, i: None,
                  emit: Optional[Callable[[LoopStats, Engine], None]] = None,
-                 send: Callable[[Any, Dict[int, bytes]], None] = send_intermediate,
+                 send: Callable[[Any, dict[int, bytes]], None] = send_intermediate,
                  warm_request: Optional[GenerationRequest] = None) -> None:
         self.engine = engine
         self.model_name = model_name
@@ -52,13 +53,13 @@ class AsyncGenerationService:
         """A few tokens for `size` sequences at once, before the loop owns the engine."""
         self.engine.generate([(f"warm-up-{i}", self.warm_request) for i in range(size)])
 
-    async def handle(self, data: List[Any], context) -> List[bytes]:
+    async def handle(self, data: list[Any], context) -> list[bytes]:
         if not self._started:  # the loop takes the engine once warm-up and start-up are over
             self.loop.start()
             self._started = True
         return list(await asyncio.gather(*(self._one(data, context, idx) for idx in range(len(data)))))
 
-    async def _one(self, data: List[Any], context, idx: int) -> bytes:
+    async def _one(self, data: list[Any], context, idx: int) -> bytes:
         (outcome,) = self.decode([data[idx]], context, [idx])
         priority = self.priority_of(context, idx)
         if not isinstance(outcome, HandlerError) and priority is not None \
@@ -67,13 +68,13 @@ class AsyncGenerationService:
         if isinstance(outcome, HandlerError):
             return self.reject(context, idx, outcome)
         request: GenerationRequest = outcome
-        events: "asyncio.Queue[Event]" = asyncio.Queue()
+        events: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         self.loop.submit(Ticket(context.request_ids[idx], request,
                                 lambda event: loop.call_soon_threadsafe(events.put_nowait, event),
                                 PRIORITIES[priority.strip().lower()] if priority is not None else 1))
         context.set_response_content_type(idx, NDJSON if request.stream else JSON)
-        text: List[str] = []
+        text: list[str] = []
         while True:
             arrived = [await events.get()]
             while not events.empty():  # whatever came meanwhile goes out in one line

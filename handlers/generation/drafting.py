@@ -7,8 +7,9 @@ target model rejected part of a draft it steps back to the last accepted token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Optional, Protocol
 
 import torch
 
@@ -16,7 +17,7 @@ from handlers.generation.speculation import lookup_draft
 
 
 class Drafter(Protocol):
-    def draft(self, key: str, tokens: Sequence[int], count: int) -> List[int]:
+    def draft(self, key: str, tokens: Sequence[int], count: int) -> list[int]:
         """Up to `count` guesses of what follows `tokens` (a sequence's prompt and generated tokens)."""
 
     def forget(self, key: str) -> None:
@@ -24,7 +25,7 @@ class Drafter(Protocol):
 
 
 class LookupDrafter:
-    def draft(self, key: str, tokens: Sequence[int], count: int) -> List[int]:
+    def draft(self, key: str, tokens: Sequence[int], count: int) -> list[int]:
         return lookup_draft(tokens, count)
 
     def forget(self, key: str) -> None:
@@ -38,7 +39,7 @@ class _Read:
 
     anchor: int
     state: object
-    guesses: List[Tuple[int, object]] = field(default_factory=list)
+    guesses: list[tuple[int, object]] = field(default_factory=list)
 
 
 class ModelDrafter:
@@ -46,15 +47,15 @@ class ModelDrafter:
     `start()` -> the state before any token. Subclasses give these two."""
 
     def __init__(self) -> None:
-        self.read: Dict[str, _Read] = {}
+        self.read: dict[str, _Read] = {}
 
     def start(self):
         raise NotImplementedError
 
-    def step(self, ids: List[int], state, length: int):
+    def step(self, ids: list[int], state, length: int):
         raise NotImplementedError
 
-    def draft(self, key: str, tokens: Sequence[int], count: int) -> List[int]:
+    def draft(self, key: str, tokens: Sequence[int], count: int) -> list[int]:
         read = self.read.get(key)
         if read is None:
             read = self.read[key] = _Read(0, self.start())
@@ -88,7 +89,7 @@ class RecurrentDrafter(ModelDrafter):
     def start(self):
         return self.module.initial_state(1)
 
-    def step(self, ids: List[int], state, length: int):
+    def step(self, ids: list[int], state, length: int):
         logits, state = self.module(torch.tensor([ids], dtype=torch.long), state)
         return logits[0, -1], state
 
@@ -104,7 +105,7 @@ class CausalLMDrafter(ModelDrafter):
     def start(self):
         return None
 
-    def step(self, ids: List[int], state, length: int):
+    def step(self, ids: list[int], state, length: int):
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.lm.config)

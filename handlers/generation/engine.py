@@ -9,8 +9,9 @@ Works with any Hugging Face causal LM that takes `attention_mask`, `position_ids
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Optional
 
 import torch
 
@@ -34,14 +35,14 @@ class Generation:
     generator: Optional[torch.Generator]
     pending: int = -1  # the last token chosen, fed to the model at the next step
     generated: int = 0
-    generated_ids: List[int] = field(default_factory=list)
+    generated_ids: list[int] = field(default_factory=list)
     added: int = 0  # tokens the last step (or the prefill) gave it
     draft: DraftLength = field(default_factory=DraftLength)
     finish: Optional[str] = None  # "stop" (end of text or a stop string) | "length"
     priority: int = 1  # 0 high, 1 normal, 2 low (serving.py schedules by it)
     reused_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
     admitted_at: float = field(default_factory=time.perf_counter)
-    token_times: List[float] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -69,7 +70,7 @@ class Engine:
         self.max_positions = max_positions
         self.autocast_dtype = autocast_dtype
         self.device = torch.device("cpu")
-        self.running: List[Generation] = []
+        self.running: list[Generation] = []
         self.kv: Optional[KVBatch] = None
 
     # ---- the batch -----------------------------------------------------------------------
@@ -107,7 +108,7 @@ class Engine:
             self.kv = joined if self.kv is None else self.kv.merged(joined)
         self.running.extend(ordered[row] for row in alive)
 
-    def _prefill(self, sequences: List[Generation]) -> Tuple[torch.Tensor, KVBatch]:
+    def _prefill(self, sequences: list[Generation]) -> tuple[torch.Tensor, KVBatch]:
         width = max(len(s.request.prompt_ids) for s in sequences)
         ids = torch.full((len(sequences), width), self.eos_id, dtype=torch.long)
         mask = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -126,7 +127,7 @@ class Engine:
                                          for k, v in fresh.layers])
         return logits, fresh
 
-    def _prefill_after(self, seq: Generation, cached: int, layers: list) -> Tuple[torch.Tensor, KVBatch]:
+    def _prefill_after(self, seq: Generation, cached: int, layers: list) -> tuple[torch.Tensor, KVBatch]:
         """One prompt whose first `cached` tokens' keys/values are `layers`: the model reads the rest."""
         prompt = seq.request.prompt_ids
         ids = torch.tensor([prompt[cached:]], dtype=torch.long)
@@ -136,7 +137,7 @@ class Engine:
         self.prefix_cache.store(prompt, out)  # a longer prompt is kept, for prompts that share more of it
         return logits, KVBatch(list(out), mask)
 
-    def step(self) -> List[Generation]:
+    def step(self) -> list[Generation]:
         """One token for every running sequence; returns them (finished ones have left the batch)."""
         if not self.running:
             return []
@@ -154,7 +155,7 @@ class Engine:
         self._keep([seq for seq in advanced if not seq.done])
         return advanced
 
-    def _verify(self, drafts: List[List[int]]) -> List[Generation]:
+    def _verify(self, drafts: list[list[int]]) -> list[Generation]:
         """One forward pass over each sequence's next input and its draft; each keeps the drafted
         tokens the model agrees with and the model's own next one. Rejected positions are masked out
         of the cache (their columns stay, as padding the attention skips)."""
@@ -184,7 +185,7 @@ class Engine:
         self._keep([seq for seq in advanced if not seq.done])
         return advanced
 
-    def drop(self, keys: Iterable[str]) -> List[Generation]:
+    def drop(self, keys: Iterable[str]) -> list[Generation]:
         """Remove these sequences now (their client went away, say); returns the ones removed."""
         gone = set(keys)
         removed = [seq for seq in self.running if seq.key in gone]
@@ -192,7 +193,7 @@ class Engine:
             self._keep([seq for seq in self.running if seq.key not in gone])
         return removed
 
-    def _keep(self, survivors: List[Generation]) -> None:
+    def _keep(self, survivors: list[Generation]) -> None:
         if len(survivors) == len(self.running):
             return
         index = {id(seq): row for row, seq in enumerate(self.running)}
@@ -209,7 +210,7 @@ class Engine:
         return 0 if self.kv is None else self.kv.nbytes
 
     # ---- tokens --------------------------------------------------------------------------
-    def _choose(self, sequences: List[Generation], logits: torch.Tensor) -> None:
+    def _choose(self, sequences: list[Generation], logits: torch.Tensor) -> None:
         tokens = next_tokens(logits, [s.request for s in sequences], [s.generator for s in sequences])
         now = time.perf_counter()
         for seq, token in zip(sequences, tokens):
@@ -233,7 +234,7 @@ class Engine:
 
     # ---- the model -----------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 kv: Optional[KVBatch], keep: int = 1) -> Tuple[torch.Tensor, list]:
+                 kv: Optional[KVBatch], keep: int = 1) -> tuple[torch.Tensor, list]:
         """The logits of the last `keep` positions ((rows, vocab) when keep is 1) and the layers' K/V."""
         from transformers import DynamicCache
 
@@ -247,8 +248,8 @@ class Engine:
         return (logits[:, -1, :] if keep == 1 else logits[:, -keep:, :]), layers
 
     # ---- whole generations (static batches, benchmarks, tests) ---------------------------
-    def generate(self, requests: Sequence[Tuple[str, GenerationRequest]],
-                 on_step: Optional[Callable[[List[Generation]], None]] = None) -> Dict[str, Generation]:
+    def generate(self, requests: Sequence[tuple[str, GenerationRequest]],
+                 on_step: Optional[Callable[[list[Generation]], None]] = None) -> dict[str, Generation]:
         """Run these requests to the end together; `on_step` sees the sequences each step moved."""
         sequences = [self.new_sequence(key, request) for key, request in requests]
         self.admit(sequences)

@@ -19,8 +19,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Optional, Union
 
 from handlers.errors import HandlerError, ServerFault
 from handlers.generation.engine import Engine, Generation
@@ -70,8 +71,8 @@ class LoopStats:
     """What the loop did since the last report (for Prometheus)."""
 
     tokens: int = 0
-    ttft_ms: List[float] = field(default_factory=list)
-    gaps_ms: List[float] = field(default_factory=list)
+    ttft_ms: list[float] = field(default_factory=list)
+    gaps_ms: list[float] = field(default_factory=list)
     running: int = 0
     waiting: int = 0
     steps: int = 0
@@ -84,14 +85,14 @@ class EngineLoop:
         self.max_running = max_running
         self.on_stats = on_stats
         self.stats_every_s = stats_every_s
-        self._inbox: "queue.SimpleQueue[Tuple[str, object]]" = queue.SimpleQueue()
-        self._tickets: Dict[str, Ticket] = {}
-        self._waiting: List[Generation] = []
+        self._inbox: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+        self._tickets: dict[str, Ticket] = {}
+        self._waiting: list[Generation] = []
         self._stats = LoopStats()
         self._reported = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
-    def start(self) -> "EngineLoop":
+    def start(self) -> EngineLoop:
         self._thread.start()
         return self
 
@@ -133,7 +134,7 @@ class EngineLoop:
                            ServerFault("generation failed (the model log has the traceback)"))
             self._report()
 
-    def _take(self, item: Optional[Tuple[str, object]]) -> None:
+    def _take(self, item: Optional[tuple[str, object]]) -> None:
         if item is None:
             return
         kind, value = item
@@ -157,7 +158,7 @@ class EngineLoop:
             except queue.Empty:
                 return
 
-    def _starting(self) -> List[Generation]:
+    def _starting(self) -> list[Generation]:
         """The waiting sequences that start now: every high-priority one, and others while fewer
         than max_running non-high sequences run."""
         room = float("inf") if self.max_running == 0 else \
@@ -172,7 +173,7 @@ class EngineLoop:
         self._waiting = still
         return starting
 
-    def _deliver(self, sequences: List[Generation]) -> None:
+    def _deliver(self, sequences: list[Generation]) -> None:
         for seq in sequences:
             ticket = self._tickets.get(seq.key)
             if ticket is None:
@@ -184,7 +185,7 @@ class EngineLoop:
             else:
                 ticket.deliver(Chunk(seq.text.take(final=False)))
 
-    def _fail(self, held: List[Generation], error: HandlerError) -> None:
+    def _fail(self, held: list[Generation], error: HandlerError) -> None:
         keys = list(dict.fromkeys(seq.key for seq in held))
         self.engine.drop(keys)
         self.engine.running, self.engine.kv = [], None  # whatever state the fault left is not trusted

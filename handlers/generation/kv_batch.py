@@ -9,15 +9,16 @@ so the cache only ever holds what the running sequences need.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 
-Layer = Tuple[torch.Tensor, torch.Tensor]  # keys, values: (rows, heads, time, head_dim)
+Layer = tuple[torch.Tensor, torch.Tensor]  # keys, values: (rows, heads, time, head_dim)
 
 
 class KVBatch:
-    def __init__(self, layers: List[Layer], mask: torch.Tensor) -> None:
+    def __init__(self, layers: list[Layer], mask: torch.Tensor) -> None:
         self.layers = layers
         self.mask = mask  # (rows, time), int64
 
@@ -34,17 +35,17 @@ class KVBatch:
         return self.mask.sum(dim=1, keepdim=True)
 
     @classmethod
-    def from_prefill(cls, layers: Sequence[Layer], mask: torch.Tensor) -> "KVBatch":
+    def from_prefill(cls, layers: Sequence[Layer], mask: torch.Tensor) -> KVBatch:
         """Padding positions zeroed: masked out of attention, they must not carry NaN or inf either."""
         keep = mask[:, None, :, None].to(layers[0][0].dtype)
         return cls([(k * keep, v * keep) for k, v in layers], mask)
 
-    def extended(self, layers: Sequence[Layer]) -> "KVBatch":
+    def extended(self, layers: Sequence[Layer]) -> KVBatch:
         """After a decoding step: the model's layers (one column longer), every row real there."""
         ones = torch.ones((self.rows, 1), dtype=self.mask.dtype)
         return KVBatch(list(layers), torch.cat([self.mask, ones], dim=1))
 
-    def merged(self, other: Optional["KVBatch"]) -> "KVBatch":
+    def merged(self, other: Optional[KVBatch]) -> KVBatch:
         """`other`'s rows after ours, the shorter side padded on the left."""
         if other is None or other.rows == 0:
             return self
@@ -55,7 +56,7 @@ class KVBatch:
         layers = [(torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]])) for a, b in zip(mine.layers, theirs.layers)]
         return KVBatch(layers, torch.cat([mine.mask, theirs.mask]))
 
-    def _padded_to(self, width: int) -> "KVBatch":
+    def _padded_to(self, width: int) -> KVBatch:
         extra = width - self.mask.shape[1]
         if extra == 0:
             return self
@@ -65,7 +66,7 @@ class KVBatch:
             layers.append((torch.cat([pad, k], dim=2), torch.cat([pad, v], dim=2)))
         return KVBatch(layers, torch.cat([self.mask.new_zeros((self.rows, extra)), self.mask], dim=1))
 
-    def kept(self, rows: Sequence[int]) -> "KVBatch":
+    def kept(self, rows: Sequence[int]) -> KVBatch:
         """Only these rows (in this order), with columns that are padding in all of them cut."""
         index = torch.tensor(list(rows), dtype=torch.long)
         mask = self.mask.index_select(0, index)

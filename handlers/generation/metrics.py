@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, List, Mapping, Optional
+from typing import Optional
 
 COUNTERS = ("GenerationTokens", "GenerationFirstTokens", "GenerationTimeToFirstTokenMs", "GenerationInterTokens",
             "GenerationInterTokenMs", "GenerationReleasedOnDisconnect")
@@ -19,8 +20,8 @@ class Figures:
     """What was generated since the last report."""
 
     tokens: int = 0
-    ttft_ms: List[float] = field(default_factory=list)
-    gaps_ms: List[float] = field(default_factory=list)
+    ttft_ms: list[float] = field(default_factory=list)
+    gaps_ms: list[float] = field(default_factory=list)
     released: int = 0
     running: int = 0
     waiting: int = 0

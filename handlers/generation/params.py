@@ -10,8 +10,9 @@ Every problem is a BadInput naming the field; an unknown field is refused, never
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Optional
 
 from handlers.errors import BadInput, PayloadTooLarge
 
@@ -34,13 +35,13 @@ class Limits:
 @dataclass(frozen=True)
 class GenerationRequest:
     prompt: str
-    prompt_ids: Tuple[int, ...]
+    prompt_ids: tuple[int, ...]
     max_new_tokens: int
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: no top-k cut
     top_p: float = 1.0
     seed: Optional[int] = None  # sampling only; None: a fresh random seed
-    stop: Tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
     stream: bool = False
     ignore_eos: bool = False
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional
 
 import torch
 
-Layers = List[Tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (1, heads, time, head_dim)
+Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (1, heads, time, head_dim)
 
 
 @dataclass
@@ -25,7 +26,7 @@ class _Entry:
     length: int
     layers: Layers
     nbytes: int
-    keys: List[bytes] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -40,13 +41,13 @@ class PrefixCache:
     def __init__(self, max_bytes: int, block: int = 32) -> None:
         self.max_bytes = max_bytes
         self.block = block
-        self.entries: "OrderedDict[int, _Entry]" = OrderedDict()  # by id, oldest use first
-        self.index: Dict[bytes, int] = {}  # digest of the first b tokens -> entry id
+        self.entries: OrderedDict[int, _Entry] = OrderedDict()  # by id, oldest use first
+        self.index: dict[bytes, int] = {}  # digest of the first b tokens -> entry id
         self.nbytes = 0
         self.counts = CacheCounts()  # since the last take_counts()
         self._next_id = 0
 
-    def _boundaries(self, ids: Sequence[int]) -> List[Tuple[int, bytes]]:
+    def _boundaries(self, ids: Sequence[int]) -> list[tuple[int, bytes]]:
         """(b, digest of ids[:b]) for every multiple b of the block below len(ids)."""
         raw = array("q", ids).tobytes()
         digest = hashlib.blake2b(digest_size=16)
@@ -56,7 +57,7 @@ class PrefixCache:
             out.append((end, digest.copy().digest()))
         return out
 
-    def lookup(self, ids: Sequence[int]) -> Optional[Tuple[int, Layers]]:
+    def lookup(self, ids: Sequence[int]) -> Optional[tuple[int, Layers]]:
         """The longest cached prefix of `ids`: (its length, its keys/values), or None."""
         for length, key in reversed(self._boundaries(ids)):
             entry_id = self.index.get(key)

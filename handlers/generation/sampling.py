@@ -4,7 +4,8 @@ shares the batch)."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 
@@ -40,7 +41,7 @@ def sample_one(logits: torch.Tensor, request: GenerationRequest, generator: torc
 
 
 def next_tokens(logits: torch.Tensor, requests: Sequence[GenerationRequest],
-                generators: Sequence[Optional[torch.Generator]]) -> List[int]:
+                generators: Sequence[Optional[torch.Generator]]) -> list[int]:
     """(batch, vocab) logits -> one token per row."""
     chosen = logits.argmax(dim=-1).tolist()
     for row, (request, generator) in enumerate(zip(requests, generators)):

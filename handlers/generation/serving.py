@@ -26,7 +26,8 @@ streaming through TorchServe's intermediate responses.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError, ServerFault
@@ -51,7 +52,7 @@ class _More:
         return self.value
 
 
-def send_intermediate(context, chunks: Dict[int, bytes]) -> None:
+def send_intermediate(context, chunks: dict[int, bytes]) -> None:
     """TorchServe's streaming path for a plain batching archive (one message per step)."""
     from ts.handler_utils.utils import send_intermediate_predict_response
 
@@ -64,7 +65,7 @@ class GenerationService:
     decoding (rejections included); `reject(context, idx, err) -> bytes`: its error answer."""
 
     def __init__(self, engine: Engine, model_name: str, continuous: bool, decode: Callable, reject: Callable,
-                 send: Callable[[Any, Dict[int, bytes]], None] = send_intermediate,
+                 send: Callable[[Any, dict[int, bytes]], None] = send_intermediate,
                  warm_request: Optional[GenerationRequest] = None, max_running: int = 0,
                  priority_of: Callable[[Any, int], Optional[str]] = lambda context, idx: None) -> None:
         self.engine = engine
@@ -74,23 +75,23 @@ class GenerationService:
         self.reject = reject
         self.send = send
         self.warm_request = warm_request
-        self.live: Dict[str, Generation] = {}  # request id -> its running sequence
-        self.answered: Dict[str, int] = {}  # request id -> responses sent so far
+        self.live: dict[str, Generation] = {}  # request id -> its running sequence
+        self.answered: dict[str, int] = {}  # request id -> responses sent so far
         self.max_running = max_running
         self.priority_of = priority_of
-        self.waiting: List[Generation] = []  # received, not yet running: by priority, then arrival
+        self.waiting: list[Generation] = []  # received, not yet running: by priority, then arrival
 
     def warm_up(self, size: int) -> None:
         """A few tokens for `size` sequences at once: the first calls' one-off costs paid at start-up."""
         self.engine.generate([(f"warm-up-{i}", self.warm_request) for i in range(size)])
 
-    def handle(self, data: List[Any], context) -> List[bytes]:
-        ids: Dict[int, str] = dict(context.request_ids)
+    def handle(self, data: list[Any], context) -> list[bytes]:
+        ids: dict[int, str] = dict(context.request_ids)
         stats = _CallStats(self.model_name)
         self._release_gone(set(ids.values()), stats)
-        results: List[Optional[bytes]] = [None] * len(data)
+        results: list[Optional[bytes]] = [None] * len(data)
         fresh = [idx for idx in range(len(data)) if ids[idx] not in self.live]
-        new: List[Tuple[int, Generation]] = []
+        new: list[tuple[int, Generation]] = []
         for idx, outcome in zip(fresh, self.decode([data[i] for i in fresh], context, fresh)):
             priority = self.priority_of(context, idx)
             if not isinstance(outcome, HandlerError) and priority is not None \
@@ -110,14 +111,14 @@ class GenerationService:
             log.exception("generation step failed: releasing %d sequence(s)", len(self.live))
             return self._fail_all(context, ids, results)
 
-    def _fail_all(self, context, ids: Dict[int, str], results: List[Optional[bytes]]) -> List[bytes]:
+    def _fail_all(self, context, ids: dict[int, str], results: list[Optional[bytes]]) -> list[bytes]:
         started = {key for key, count in self.answered.items() if count}
         self.engine.drop([seq.key for seq in self.engine.running])
         self.live.clear()
         self.answered.clear()
         self.waiting.clear()
         fault = ServerFault("generation failed (the model log has the traceback)")
-        more: List[Optional[bool]] = [None] * len(results)
+        more: list[Optional[bool]] = [None] * len(results)
         for idx, result in enumerate(results):
             if result is None:  # a request the checks had refused keeps its own answer
                 results[idx] = self.reject(context, idx, fault)
@@ -126,7 +127,7 @@ class GenerationService:
         return results
 
     # ---- continuous batching: one step per call ----------------------------------------------
-    def _one_step(self, context, ids, results, new, stats) -> List[bytes]:
+    def _one_step(self, context, ids, results, new, stats) -> list[bytes]:
         self.live.update((seq.key, seq) for _, seq in new)
         self.waiting.extend(seq for _, seq in new)
         self.waiting.sort(key=lambda seq: seq.priority)  # stable: arrival order within a class
@@ -136,7 +137,7 @@ class GenerationService:
             stats.first_tokens(starting)
         else:
             stats.advanced(self.engine.step())
-        more: List[Optional[bool]] = [None] * len(results)
+        more: list[Optional[bool]] = [None] * len(results)
         for idx, result in enumerate(results):
             if result is None:
                 results[idx], more[idx] = self._answer(context, idx, self.live[ids[idx]])
@@ -145,7 +146,7 @@ class GenerationService:
         stats.emit(context, self.engine)
         return results
 
-    def _starting(self) -> List[Generation]:
+    def _starting(self) -> list[Generation]:
         """The waiting sequences that start now: every high-priority one, and others while fewer
         than max_running non-high sequences run."""
         room = float("inf") if self.max_running == 0 else \
@@ -160,7 +161,7 @@ class GenerationService:
         self.waiting = still
         return starting
 
-    def _answer(self, context, idx: int, seq: Generation) -> Tuple[bytes, Optional[bool]]:
+    def _answer(self, context, idx: int, seq: Generation) -> tuple[bytes, Optional[bool]]:
         """This call's answer for one sequence, and whether more follows (see _More)."""
         first = self.answered.get(seq.key, 0) == 0
         self.answered[seq.key] = self.answered.get(seq.key, 0) + 1
@@ -186,7 +187,7 @@ class GenerationService:
         self.live.pop(key, None)
         self.answered.pop(key, None)
 
-    def _release_gone(self, present: set, stats: "_CallStats") -> None:
+    def _release_gone(self, present: set, stats: _CallStats) -> None:
         gone = [key for key in self.live if key not in present]
         for seq in self.engine.drop(gone):
             log.info("request %s left after %d tokens: its sequence is released", seq.key, seq.generated)
@@ -197,7 +198,7 @@ class GenerationService:
         stats.figures.released = len(gone)
 
     # ---- plain batching: the whole batch in one call ---------------------------------------
-    def _to_the_end(self, context, ids, results, new, stats) -> List[bytes]:
+    def _to_the_end(self, context, ids, results, new, stats) -> list[bytes]:
         by_key = {seq.key: idx for idx, seq in new}
         streamed = {seq.key for _, seq in new if seq.request.stream}
 

@@ -9,13 +9,13 @@ what the sequence has been accepting (settings.causal_lm.speculation: lookup).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Sequence
 
 MAX_NGRAM = 3
 
 
-def lookup_draft(tokens: Sequence[int], count: int, max_ngram: int = MAX_NGRAM) -> List[int]:
+def lookup_draft(tokens: Sequence[int], count: int, max_ngram: int = MAX_NGRAM) -> list[int]:
     """Up to `count` tokens that followed the latest earlier occurrence of the longest (<= max_ngram)
     suffix of `tokens` found earlier in `tokens`; [] when none recurs."""
     tokens = list(tokens)

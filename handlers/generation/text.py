@@ -8,7 +8,7 @@ whole answer.
 
 from __future__ import annotations
 
-from typing import Callable, List, Sequence
+from collections.abc import Callable, Sequence
 
 _INCOMPLETE = "\ufffd"
 
@@ -18,7 +18,7 @@ class TextStream:
         self.decode = decode
         self.stop = tuple(stop)
         self.hold = max((len(s) for s in self.stop), default=1) - 1
-        self.ids: List[int] = []
+        self.ids: list[int] = []
         self.text = ""
         self.sent = 0  # characters of self.text already handed out
         self.stopped = False  # a stop string appeared: text ends before it

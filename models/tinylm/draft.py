@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Tuple
 
 import torch
 
@@ -33,7 +32,7 @@ class RecurrentDraft(torch.nn.Module):
         self.gru = torch.nn.GRU(embed, hidden, batch_first=True)
         self.head = torch.nn.Linear(hidden, vocab)
 
-    def forward(self, ids: torch.Tensor, state: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, ids: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out, state = self.gru(self.embed(ids), state)
         return self.head(out), state
 

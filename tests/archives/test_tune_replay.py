@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from serving.repo import REPORTS
 from benchmarks.tune import pipeline
 from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.results import Point
 from build.archive import BuildResult, VariantResult
+from serving.repo import REPORTS
 
 pytestmark = pytest.mark.archives
 
@@ -52,7 +52,7 @@ class NoServer:
     def __init__(self, plan, progress) -> None:
         self.conditions = []
 
-    def __enter__(self) -> "NoServer":
+    def __enter__(self) -> NoServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

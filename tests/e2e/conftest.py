@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from build.catalogue import Catalogue
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE
 from serving.ts_config import ServerConfig
-from build.catalogue import Catalogue
 
 # The request/response models, which the repository's config.properties serves together; generating
 # models answer step by step on their own servers (tests/e2e/test_generation.py).

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import requests
 
@@ -52,7 +52,7 @@ class EntrypointServer:
         self.proc: subprocess.Popen | None = None
         self.client: Client | None = None
 
-    def __enter__(self) -> "EntrypointServer":
+    def __enter__(self) -> EntrypointServer:
         try:
             self._start()
         except BaseException:

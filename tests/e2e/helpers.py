@@ -14,15 +14,15 @@ import requests
 from PIL import Image
 
 from benchmarks.load.inputs import requests as example_requests
-from benchmarks.reliability.corpus import HANDLER, Case, family_cases
-from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE
 from benchmarks.load.server_metrics import BATCHES, Scrape
+from benchmarks.reliability.corpus import HANDLER, Case, family_cases
 from build.catalogue import Catalogue
 from build.examples import Example, expected_top1, worker_input
 from build.export import served_settings
 from handlers.families import family_class
 from handlers.settings import HandlerSettings
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE
 from tests.references import decoded
 
 
@@ -75,8 +75,8 @@ def assert_agree(family: str, family_settings, one, other, label: str = "") -> N
 
 def inprocess_answers(model: str, requests_: list[Request], tmp: Path, store: Path = MODEL_STORE) -> list[dict]:
     """The same archive the server runs, its handler in this process, one request at a time."""
-    from serving.fake_context import FakeContext, extract
     from handlers.handler import Handler
+    from serving.fake_context import FakeContext, extract
 
     model_dir = extract(store / f"{model}.mar", tmp / model)
     context = FakeContext(model_dir, model, batch_size=1, handler_overrides={"runtime": {"warmup": False}})

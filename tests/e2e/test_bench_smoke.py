@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from benchmarks.bench.baseline.archive import missing_baseline
-from serving.repo import CATALOGUE, REPO_ROOT
 from benchmarks.load.resources import NOISY_OTHERS_PCT
 from build.catalogue import Catalogue
+from serving.repo import CATALOGUE, REPO_ROOT
 from tests.e2e.conftest import MODELS
 
 pytestmark = pytest.mark.e2e

@@ -15,11 +15,11 @@ import pytest
 import requests
 import yaml
 
-from serving.client import Tokens
 from deployment import __main__ as cli
 from deployment.image import INIT
 from deployment.layout import HOME, KSERVE
 from deployment.plan import PlanOptions
+from serving.client import Tokens
 from tests.e2e.entrypoint_server import (
     EntrypointServer,
     remove,

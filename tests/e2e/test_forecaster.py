@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from serving.repo import REPO_ROOT
 from build.examples import Request
 from handlers.families.quantile_post import RowOptions, forecast_rows_loop
+from serving.repo import REPO_ROOT
 from tests.e2e.helpers import answered, batches_since, formed_batches, post_together
 
 pytestmark = pytest.mark.e2e

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from benchmarks.load.generation import generate
-from serving.launcher import TorchServe
 from benchmarks.load.server_metrics import Scrape
+from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
 
 pytestmark = pytest.mark.e2e

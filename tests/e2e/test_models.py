@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serving.repo import CATALOGUE, REPO_ROOT
 from build.catalogue import Catalogue
 from build.sources import HuggingFaceFolder
+from serving.repo import CATALOGUE, REPO_ROOT
 from tests.e2e.conftest import MODELS
 from tests.e2e.helpers import (
     answered,

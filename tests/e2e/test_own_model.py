@@ -22,8 +22,8 @@ from build.export import served_settings
 from serving.launcher import TorchServe
 from serving.repo import REPO_ROOT
 from tests.e2e.helpers import (
-    assert_bad_request,
     assert_agree,
+    assert_bad_request,
     inprocess_answers,
 )
 

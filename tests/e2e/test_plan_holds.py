@@ -28,13 +28,13 @@ import pytest
 from benchmarks.load import loadgen, runner
 from benchmarks.load.mix import Mix, mixed_payloads, mixed_point
 from benchmarks.load.stats import StabilityRule
-from serving.launcher import StartCommand, TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE
-from serving.ts_config import ServerConfig
 from benchmarks.tune.config_writer import Update, write_config
 from build.catalogue import Catalogue
 from handlers import frontend
 from handlers.runtime import usable_cores
+from serving.launcher import StartCommand, TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE
+from serving.ts_config import ServerConfig
 
 pytestmark = pytest.mark.e2e
 

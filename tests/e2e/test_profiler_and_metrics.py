@@ -7,12 +7,12 @@ import time
 import pytest
 
 from benchmarks.load.inputs import requests as example_requests
-from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
 from benchmarks.load.server_metrics import BATCHES, ITEMS, STAGE_COUNTERS, Scrape
-from serving.ts_config import ModelSettings
 from build.archive import build_entry
 from build.catalogue import Catalogue
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
+from serving.ts_config import ModelSettings
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from benchmarks.bench.response_cache import with_cache
-from serving.launcher import TorchServe
 from benchmarks.load.server_metrics import Scrape
+from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
 
 pytestmark = pytest.mark.e2e

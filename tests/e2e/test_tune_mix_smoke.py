@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from serving import properties
+from serving.mix_record import read_mix
 from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from serving.ts_config import parse_models
-from serving.mix_record import read_mix
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
+from benchmarks.tune.config_writer import find_stanza
 from serving import properties
 from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from serving.ts_config import ServerConfig
-from benchmarks.tune.config_writer import find_stanza
 from tests.e2e.conftest import MODELS
 
 pytestmark = pytest.mark.e2e

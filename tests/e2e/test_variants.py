@@ -10,11 +10,11 @@ import re
 import numpy as np
 import pytest
 
-from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, REPO_ROOT
 from build import export, gate
 from build.archive import stage_files
 from build.catalogue import Catalogue
+from serving.launcher import TorchServe
+from serving.repo import CATALOGUE, REPO_ROOT
 from tests.e2e.helpers import examples_of
 
 pytestmark = pytest.mark.e2e

@@ -5,7 +5,6 @@ reads model_store/: the archives `make build` makes are tests/archives' business
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict
 
 import pytest
 import torch
@@ -36,7 +35,7 @@ def tiny_catalogue(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_dirs(tiny_catalogue, tmp_path_factory) -> Dict[str, Path]:
+def tiny_dirs(tiny_catalogue, tmp_path_factory) -> dict[str, Path]:
     """Tiny model name -> folder holding its extracted archive (built once per session)."""
     catalogue = Catalogue.load(tiny_catalogue)
     store = tiny_catalogue.parent.parent / "store"

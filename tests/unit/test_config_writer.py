@@ -10,9 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving import properties
-from serving.repo import DEFAULT_CONFIG
-from serving.ts_config import ModelSettings, ServerConfig
 from benchmarks.tune.config_writer import (
     HEADER,
     Provenance,
@@ -24,6 +21,9 @@ from benchmarks.tune.config_writer import (
     write_config,
 )
 from benchmarks.tune.errors import ConfigWriteError
+from serving import properties
+from serving.repo import DEFAULT_CONFIG
+from serving.ts_config import ModelSettings, ServerConfig
 
 pytestmark = pytest.mark.unit
 

@@ -16,11 +16,11 @@ import requests
 
 from benchmarks.reliability.badinput import nowhere_cases, well_formed
 from benchmarks.reliability.corpus import HANDLER, family_cases, server_cases
+from build.examples import worker_input
 from handlers.errors import ConfigError
 from handlers.families import FAMILIES
 from handlers.families.image_settings import ImageSettings
 from handlers.families.text_embedder import TextSettings
-from build.examples import worker_input
 from tests.references import decoded
 from tests.tiny import catalogue_entries
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.repo import REPO_ROOT
 from deployment import __main__ as cli
 from deployment import plan, validate
 from deployment.errors import DeployError, ValidationFailed
 from deployment.plan import PlanOptions, make_plan
+from serving.repo import REPO_ROOT
 from tests.mix_config import mix_record, write_mix_config
 
 pytestmark = pytest.mark.unit

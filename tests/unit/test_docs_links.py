@@ -9,8 +9,8 @@ and `_`, spaces turned into `-`, and `-1`, `-2`, ... for repeated headings.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, Tuple
 from urllib.parse import unquote
 
 import pytest
@@ -28,13 +28,13 @@ INLINE_CODE = re.compile(r"`+[^`]*`+")
 EXTERNAL = ("http://", "https://", "mailto:")
 
 
-def pages() -> List[Path]:
+def pages() -> list[Path]:
     """README.md, docs/*.md and the reports' index (it links every committed report folder)."""
     return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")),
             REPO_ROOT / "benchmarks" / "reports" / "README.md"]
 
 
-def prose_lines(text: str) -> Iterator[Tuple[int, str]]:
+def prose_lines(text: str) -> Iterator[tuple[int, str]]:
     """(line number, line) outside fenced code blocks: links and headings in code are not links."""
     fenced = False
     for number, line in enumerate(text.splitlines(), start=1):
@@ -67,13 +67,13 @@ def anchors(page: Path) -> set:
     return found
 
 
-def links(page: Path) -> Iterator[Tuple[int, str]]:
+def links(page: Path) -> Iterator[tuple[int, str]]:
     for number, line in prose_lines(page.read_text(encoding="utf-8")):
         for match in LINK.finditer(INLINE_CODE.sub("", line)):
             yield number, match.group(1)
 
 
-def broken_links(page: Path) -> List[str]:
+def broken_links(page: Path) -> list[str]:
     problems = []
     for number, target in links(page):
         if target.startswith(EXTERNAL):

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from handlers.families.image_bytes import encode, photo
 from build.examples import worker_input
 from handlers.errors import HandlerError
+from handlers.families.image_bytes import encode, photo
 from handlers.families.image_classifier import ImageSettings
 from handlers.families.image_decode import decode_image
 from handlers.families.text_embedder import _VISIBLE, TextSettings, text_from_body

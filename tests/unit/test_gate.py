@@ -18,7 +18,7 @@ from PIL import Image
 from build import gate
 from build.catalogue import Catalogue
 from build.errors import CatalogueError
-from build.export import make_family, parse_settings, handler_section, reference_model
+from build.export import handler_section, make_family, parse_settings, reference_model
 from build.held_out import key, separation
 from serving.repo import CATALOGUE, REPO_ROOT
 from tests.tiny import tiny_project

@@ -13,8 +13,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,7 +40,7 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The 
 @dataclass(frozen=True)
 class Req:
     body: Any  # as the worker hands it over: dict for application/json, else bytes or str
-    headers: Dict[str, str]
+    headers: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Answer:
         return json.loads(self.raw)
 
 
-def run(handler, context, batch: List[Req]) -> List[Answer]:
+def run(handler, context, batch: list[Req]) -> list[Answer]:
     context.headers = {i: r.headers for i, r in enumerate(batch)}
     context.statuses = {}
     raw = handler.handle([{"body": r.body} for r in batch], context)
@@ -77,20 +78,20 @@ def v2(datatype: str, shape, data, **extra) -> Req:
 @dataclass(frozen=True)
 class Forms:
     model: str
-    inputs: List[Any]
+    inputs: list[Any]
     plain: Callable[[Any], Req]  # one input as a /predictions request
     instance: Callable[[int, Any], Any]  # one input as the i-th v1 instance
-    tensor: Callable[[List[Any]], Req]  # inputs as one v2 request
+    tensor: Callable[[list[Any]], Req]  # inputs as one v2 request
 
 
-def _scans() -> List[np.ndarray]:
+def _scans() -> list[np.ndarray]:
     """Inputs of the tiny tensor model ([1, 4, 4], 0..16): whole numbers, so every v2 datatype holds them."""
     rng = np.random.default_rng(5)
     scans = [rng.integers(0, 17, (1, 4, 4)).astype(np.float32) for _ in range(4)]
     return scans + [np.clip(scans[0] + 1, 0, 16), np.clip(scans[1] * 0.5, 0, 16)]
 
 
-def _images(photos) -> List[bytes]:
+def _images(photos) -> list[bytes]:
     """JPEGs of several sizes and a PNG."""
     cat, coffee = (Image.open(io.BytesIO(photos[k])).convert("RGB") for k in ("cat", "coffee"))
     jpegs = [encode(image.resize(size), "JPEG", quality=90) for image in (cat, coffee) for size in ((64, 48), (40, 40))]

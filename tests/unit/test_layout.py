@@ -11,8 +11,8 @@ them; nothing imports tests/.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Tuple
 
 import pytest
 
@@ -38,7 +38,7 @@ WING_MAY_IMPORT = {
 BELOW_BENCHMARKS = {"handlers", "build", "serving", "models"}
 
 
-def imports(path: Path) -> Iterator[Tuple[int, str]]:
+def imports(path: Path) -> Iterator[tuple[int, str]]:
     """(line, module) of every import in a file, at any depth; `from a import b` also yields a.b."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):

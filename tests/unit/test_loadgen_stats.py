@@ -10,9 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from benchmarks.load import loadgen, stats
+from benchmarks.load import loadgen, server_metrics, stats
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
-from benchmarks.load import server_metrics
 
 pytestmark = pytest.mark.unit
 

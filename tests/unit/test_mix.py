@@ -11,17 +11,17 @@ import pytest
 from benchmarks.load.capacity import RateSettings, find_max_rate
 from benchmarks.load.loadgen import Payload
 from benchmarks.load.mix import NORMALISED_SLO, Mix, MixPoint, mixed_payloads
-from serving import properties
-from serving.errors import BenchmarkError
-from serving.ts_config import ModelSettings, parse_models
 from benchmarks.tune.config_writer import Update
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix.measure import Capacity
 from benchmarks.tune.mix.plan import MixPlan, apportion, neighbours, starting_plan
-from serving.mix_record import MixRecord, ModelShare, read_mix
 from benchmarks.tune.mix.search import SearchSettings, bottleneck_order, search
 from benchmarks.tune.mix.writer import rewrite_mix
 from benchmarks.tune.space import Candidate
+from serving import properties
+from serving.errors import BenchmarkError
+from serving.mix_record import MixRecord, ModelShare, read_mix
+from serving.ts_config import ModelSettings, parse_models
 
 pytestmark = pytest.mark.unit
 
@@ -183,8 +183,8 @@ def test_a_file_without_a_mix_record_has_none(tmp_path: Path):
 
 
 def test_alone_capacity_comes_from_a_per_model_tune_never_from_a_mix_share(tmp_path: Path):
-    from serving.ts_config import ServerConfig
     from benchmarks.tune.mix.pipeline import SHARE_NOTE, alone_values
+    from serving.ts_config import ServerConfig
 
     lines = ["# tuned text: 2026-11-23 02:19 UTC, SLO p99 <= 50 ms: batchSize 6, maxBatchDelay 1 ms, 2 workers x 1 thread",
              "#   measured: 461.7 req/s at p99 41.8 ms (verified from the written file)",

@@ -12,7 +12,8 @@ from benchmarks.load import resources, server_metrics, stats
 from benchmarks.load.capacity import RateSettings, find_max_rate
 from benchmarks.load.loadgen import LoadResult
 from benchmarks.load.mix import Mix, MixPoint, model_figures
-from benchmarks.load.runner import OpenPoint, Point as ServedPoint, best_within, point
+from benchmarks.load.runner import OpenPoint, best_within, point
+from benchmarks.load.runner import Point as ServedPoint
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule
 from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate

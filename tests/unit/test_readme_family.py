@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from serving.repo import REPO_ROOT
 from handlers.errors import BadInput, ConfigError
+from serving.repo import REPO_ROOT
 
 pytestmark = pytest.mark.unit
 

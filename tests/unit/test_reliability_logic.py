@@ -8,11 +8,11 @@ from benchmarks.load.stats import NO_RESPONSE, Sample
 from benchmarks.load.traffic import Traffic
 from benchmarks.reliability.badinput import mixed_groups
 from benchmarks.reliability.corpus import family_cases
-from handlers.families.image_settings import ImageSettings
 from benchmarks.reliability.faults import KillResult
 from benchmarks.reliability.findings import Findings, table
 from benchmarks.reliability.overload import OverloadResult, p99_bound_ms
 from benchmarks.reliability.soak import Point, SoakResult
+from handlers.families.image_settings import ImageSettings
 
 pytestmark = pytest.mark.unit
 

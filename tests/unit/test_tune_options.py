@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from serving.repo import REPO_ROOT
 from benchmarks.tune.__main__ import parser
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.options import TuneOptions, record_of
+from serving.repo import REPO_ROOT
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,6 @@ import pytest
 import torch
 import yaml
 
-from serving.errors import ConfigError as ServingConfigError
-from serving.repo import CATALOGUE, REPO_ROOT
-from tests.tiny import catalogue_entries
-from serving.ts_config import startup_archives
 from benchmarks.tune.config_writer import Update, rewrite
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.variants import choose, eligible
@@ -24,6 +20,10 @@ from build.errors import CatalogueError
 from build.gate import GateInput, GateSpec, judge
 from build.onnx_export import export_onnx, quantize_int8
 from handlers.onnx_session import load_onnx
+from serving.errors import ConfigError as ServingConfigError
+from serving.repo import CATALOGUE, REPO_ROOT
+from serving.ts_config import startup_archives
+from tests.tiny import catalogue_entries
 
 pytestmark = pytest.mark.unit
 

@@ -13,16 +13,16 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 
-from serving.errors import BenchmarkError
-from serving.repo import CATALOGUE, REPO_ROOT
 from build.catalogue import Catalogue, ModelEntry
 from build.export import served_settings
 from build.sources import HuggingFaceFolder, PythonSource
 from handlers.families import family_class
+from serving.errors import BenchmarkError
+from serving.repo import CATALOGUE, REPO_ROOT
 
 HERE = Path(__file__).resolve().parent
 # Files AutoTokenizer/AutoModel read from a Hugging Face folder.
@@ -90,7 +90,7 @@ def _stage_text(entry: ModelEntry, root: Path, content: Path) -> Staged:
 
 # The stock handlers there are (a family names its own: Family.stock_baseline), each with the
 # model source it can load.
-STOCK_SOURCES: Dict[str, type] = {"image": PythonSource, "text": HuggingFaceFolder}
+STOCK_SOURCES: dict[str, type] = {"image": PythonSource, "text": HuggingFaceFolder}
 
 
 def missing_baseline(entry: ModelEntry) -> Optional[str]:

@@ -4,11 +4,12 @@ highest total rate at which every model is within its own p99 target (benchmarks
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Optional
+from typing import Optional
 
-from benchmarks.load import loadgen, runner
+from benchmarks.load import loadgen, resources, runner
 from benchmarks.load.capacity import RateSettings, find_max_rate
 from benchmarks.load.mix import (
     NORMALISED_SLO,
@@ -19,10 +20,9 @@ from benchmarks.load.mix import (
     window_for,
 )
 from benchmarks.load.stats import StabilityRule
-from benchmarks.load import resources
+from benchmarks.tune.measure import METRICS_PROPERTIES
 from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
-from benchmarks.tune.measure import METRICS_PROPERTIES
 
 Progress = Callable[[str], None]
 
@@ -66,7 +66,7 @@ class Capacity:
                 "memory_mib": round(self.memory_mib, 1), "start_s": round(self.start_s, 1)}
 
 
-def measure_capacity(label: str, mix: Mix, model_store: Path, config: Path, settings: Optional[Dict[str, ModelSettings]],
+def measure_capacity(label: str, mix: Mix, model_store: Path, config: Path, settings: Optional[dict[str, ModelSettings]],
                      start_rps: float, point: PointSettings, progress: Progress) -> Capacity:
     """Start a server from `config` (with `settings` swapped into models=, or the file as it is when
     None), warm every model up, then search the highest total rate of the mix within every SLO."""

@@ -13,25 +13,26 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Optional
 
-from benchmarks.load.mix import Mix
 from benchmarks.load.environment import describe_environment
-from serving.repo import CATALOGUE, REPO_ROOT, shown
-from serving.ts_config import ModelSettings, ServerConfig
+from benchmarks.load.mix import Mix
 from benchmarks.tune.config_writer import Provenance, Update
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix import report
 from benchmarks.tune.mix.measure import Capacity, PointSettings, measure_capacity
 from benchmarks.tune.mix.plan import MixPlan, starting_plan
-from serving.mix_record import MixRecord, ModelShare
 from benchmarks.tune.mix.search import SearchSettings, search
 from benchmarks.tune.mix.writer import write_mix
 from benchmarks.tune.outcome import machine
 from build.archive import build_entry
 from build.catalogue import Catalogue
+from serving.mix_record import MixRecord, ModelShare
+from serving.repo import CATALOGUE, REPO_ROOT, shown
+from serving.ts_config import ModelSettings, ServerConfig
 
 Progress = Callable[[str], None]
 # How a mix tune's per-model records start their note (alone_values skips them).
@@ -57,7 +58,7 @@ class MixOptions:
                 "final_point": self.final_point.to_json(), "write": self.write, "command": self.command}
 
 
-def alone_values(config_text: str, base: ServerConfig, names) -> Dict[str, Tuple[ModelSettings, Optional[float]]]:
+def alone_values(config_text: str, base: ServerConfig, names) -> dict[str, tuple[ModelSettings, Optional[float]]]:
     """Each model's values in the file and the capacity its alone-tuning recorded (None: never tuned
     alone; a record a mix tune wrote holds the model's share of the mix, not its capacity alone)."""
     out = {}
@@ -70,7 +71,7 @@ def alone_values(config_text: str, base: ServerConfig, names) -> Dict[str, Tuple
     return out
 
 
-def first_rate(mix: Mix, plan: MixPlan, cores: int, alone: Dict[str, Tuple[ModelSettings, Optional[float]]]) -> float:
+def first_rate(mix: Mix, plan: MixPlan, cores: int, alone: dict[str, tuple[ModelSettings, Optional[float]]]) -> float:
     """Where the search starts: each model's alone capacity scaled to its cores, at its share."""
     limits = [alone[n][1] * c.workers * c.threads / cores / mix.shares[n] for n, c in plan.models if alone[n][1]]
     return round(0.8 * min(limits), 1) if limits else 20.0
@@ -125,12 +126,12 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
     return 0 if verified.best is not None else 1
 
 
-def _idle(others: Dict[str, ModelSettings], mix: Mix) -> Tuple[str, ...]:
+def _idle(others: dict[str, ModelSettings], mix: Mix) -> tuple[str, ...]:
     return tuple(n for n in others if n not in mix.shares)
 
 
 def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: Capacity, environment: dict,
-            served: Dict[str, str], loaded: Tuple[str, ...]) -> MixRecord:
+            served: dict[str, str], loaded: tuple[str, ...]) -> MixRecord:
     best = measured.best
     models = []
     for name, c in plan.models:
@@ -144,7 +145,7 @@ def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: C
                      shown(options.folder), machine(environment), loaded)
 
 
-def _provenance(record: MixRecord, environment: dict) -> Tuple[Provenance, ...]:
+def _provenance(record: MixRecord, environment: dict) -> tuple[Provenance, ...]:
     return tuple(Provenance(m.name, record.date, m.slo_ms,
                             ModelSettings(m.batch_size, m.max_batch_delay_ms, m.workers, m.workers, threads=m.threads),
                             m.threads, m.rate_rps, m.p99_ms, f"{SHARE_NOTE}, {record.capacity_rps:.1f} "

@@ -8,23 +8,23 @@ capacity alone), then moves one thing at a time (benchmarks/tune/mix/search.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Dict, Iterator, Mapping, Sequence, Tuple
 
 from benchmarks.load.mix import Mix
-from serving.ts_config import ModelSettings
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.space import Candidate
+from serving.ts_config import ModelSettings
 
 
 @dataclass(frozen=True)
 class MixPlan:
     """One candidate server: a Candidate per model of the mix (in the mix's order)."""
 
-    models: Tuple[Tuple[str, Candidate], ...]
+    models: tuple[tuple[str, Candidate], ...]
 
     @property
-    def by_model(self) -> Dict[str, Candidate]:
+    def by_model(self) -> dict[str, Candidate]:
         return dict(self.models)
 
     @property
@@ -35,10 +35,10 @@ class MixPlan:
     def key(self) -> str:
         return "; ".join(f"{n}: {c.workers}x{c.threads} b{c.batch_size} d{c.max_batch_delay_ms}" for n, c in self.models)
 
-    def with_model(self, name: str, candidate: Candidate) -> "MixPlan":
+    def with_model(self, name: str, candidate: Candidate) -> MixPlan:
         return MixPlan(tuple((n, candidate if n == name else c) for n, c in self.models))
 
-    def settings(self, others: Mapping[str, ModelSettings] = {}) -> Dict[str, ModelSettings]:
+    def settings(self, others: Mapping[str, ModelSettings] = {}) -> dict[str, ModelSettings]:
         """Frontend values for the launcher or the writer: the mix's models, then every other
         model of the server at one worker of one thread (its batch and delay kept)."""
         out = {n: c.settings() for n, c in self.models}
@@ -51,7 +51,7 @@ class MixPlan:
         return {n: c.to_json() for n, c in self.models}
 
 
-def apportion(cores: int, demand: Mapping[str, float]) -> Dict[str, int]:
+def apportion(cores: int, demand: Mapping[str, float]) -> dict[str, int]:
     """Cores per model in proportion to demand (largest remainder), at least one each."""
     if len(demand) > cores:
         raise TuneError(f"{len(demand)} models with traffic need at least {len(demand)} cores (one worker of one "
@@ -68,7 +68,7 @@ def apportion(cores: int, demand: Mapping[str, float]) -> Dict[str, int]:
     return out
 
 
-def starting_plan(mix: Mix, cores: int, alone: Mapping[str, Tuple[ModelSettings, float | None]]) -> MixPlan:
+def starting_plan(mix: Mix, cores: int, alone: Mapping[str, tuple[ModelSettings, float | None]]) -> MixPlan:
     """Cores by demand (share / capacity alone; equal where a model was never tuned alone), one
     thread per worker (CPU workers scale better than threads here), each model's own batch and delay."""
     known = [cap for _, cap in alone.values() if cap]

@@ -4,19 +4,20 @@ per candidate; each model's p99 against the total rate, tuned vs per-model-alone
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional
 
 from benchmarks.load import stats
-from serving.ts_config import ModelSettings
 from benchmarks.tune.mix.measure import Capacity
-from serving.mix_record import MixRecord
 from benchmarks.tune.mix.search import Tried
+from serving.mix_record import MixRecord
+from serving.ts_config import ModelSettings
 
 TARGET_RATIO = 1.5  # the issue's target: tuned capacity in the mix >= 1.5x the per-model-alone values'
 
 
-def build(options, alone: Dict[str, Tuple[ModelSettings, Optional[float]]], tried: Sequence[Tried], chosen: Tried,
+def build(options, alone: dict[str, tuple[ModelSettings, Optional[float]]], tried: Sequence[Tried], chosen: Tried,
           reference: Capacity, verified: Capacity, record: MixRecord, environment: dict) -> dict:
     ratio = verified.rate_rps / reference.rate_rps if reference.rate_rps else None
     return {

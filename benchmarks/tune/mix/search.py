@@ -8,8 +8,9 @@ model furthest past its own target at the lowest failing rate: its moves are tri
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Optional
 
 from benchmarks.load.mix import Mix, MixPoint
 from benchmarks.tune.mix.measure import Capacity
@@ -21,8 +22,8 @@ Measure = Callable[[MixPlan, float, str], Capacity]
 
 @dataclass(frozen=True)
 class SearchSettings:
-    batch_sizes: Tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
-    delays: Tuple[int, ...] = (1, 2, 5, 10)
+    batch_sizes: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
+    delays: tuple[int, ...] = (1, 2, 5, 10)
     max_candidates: int = 8
     min_gain_pct: float = 3.0
 
@@ -37,7 +38,7 @@ class Tried:
     move: str
 
 
-def bottleneck_order(mix: Mix, capacity: Capacity) -> Tuple[str, ...]:
+def bottleneck_order(mix: Mix, capacity: Capacity) -> tuple[str, ...]:
     """The mix's models, the one that failed worst at the lowest failing rate first."""
     failing = sorted((p for p in capacity.points if not p.passes()), key=lambda p: p.rate_rps)
     point: Optional[MixPoint] = failing[0] if failing else capacity.best
@@ -67,7 +68,7 @@ def describe_move(before: MixPlan, after: MixPlan) -> str:
 
 
 def search(mix: Mix, cores: int, start: MixPlan, start_rps: float, measure: Measure, settings: SearchSettings,
-           progress: Progress) -> Tuple[List[Tried], Tried]:
+           progress: Progress) -> tuple[list[Tried], Tried]:
     """Every plan measured (the starting one first) and the chosen one: the last that gained."""
     tried = [Tried(start, measure(start, start_rps, "start"), "start")]
     seen = {start.key}

@@ -7,8 +7,8 @@ records (which described values tuned alone) are dropped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import List, Mapping, Sequence
 
 from benchmarks.tune.config_writer import (
     HEADER,
@@ -23,7 +23,7 @@ from serving.mix_record import MIX_PREFIX, MORE, MixRecord
 from serving.mix_record import RECORD_PREFIX as MIX_RECORD
 
 
-def _without_mix_block(lines: List[str]) -> List[str]:
+def _without_mix_block(lines: list[str]) -> list[str]:
     out, inside = [], False
     for line in lines:
         if line.startswith(MIX_PREFIX):
@@ -39,7 +39,7 @@ def _without_mix_block(lines: List[str]) -> List[str]:
     return out
 
 
-def _without_records(lines: List[str], models: Sequence[str]) -> List[str]:
+def _without_records(lines: list[str], models: Sequence[str]) -> list[str]:
     out, dropping = [], False
     for line in lines:
         if line.startswith(RECORD_PREFIX):
