@@ -51,7 +51,7 @@ def route(url_path: str, endpoints: FrozenSet[str]) -> Route:
     endpoint = ROUTES.get(path)
     if endpoint is not None and endpoint in endpoints:
         return Route(endpoint)
-    if path.startswith(_MODEL_PREFIX) and len(path) > len(_MODEL_PREFIX) and MODEL in endpoints:
+    if path.startswith(_MODEL_PREFIX) and MODEL in endpoints:  # stripped: the id is not empty
         return Route(MODEL, path[len(_MODEL_PREFIX):])
     served = ", ".join(f"/{p}" for p, e in ROUTES.items() if e in endpoints)
     raise OpenAIError(f"Invalid URL (/{path}): this model answers {served}"[:300], status=404)

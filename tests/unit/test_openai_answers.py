@@ -74,13 +74,16 @@ def test_a_whole_chat_answer_is_openais_chat_completion(finish):
 
 
 def test_response_answers_for_the_calls_endpoint():
-    assert json.loads(response(chat_call(), "x", "stop", 1, 1))["object"] == "chat.completion"
-    assert json.loads(response(completion_call(), "x", "stop", 1, 1))["object"] == "text_completion"
+    assert shapes.validate(shapes.ChatCompletion, response(chat_call(), "x", "stop", 1, 1)).choices[0].message
+    assert shapes.validate(shapes.Completion, response(completion_call(), "x", "stop", 1, 1)).choices[0].text == "x"
 
 
-def test_non_ascii_text_survives():
-    answer = shapes.validate(shapes.ChatCompletion, chat_response(chat_call(), "héllo 🌍\n\"q\"", "stop", 1, 4))
-    assert answer.choices[0].message.content == "héllo 🌍\n\"q\""
+@pytest.mark.parametrize("text", [" héllo 🌍\n\"q\" ", "\u2028<b>&amp;</b>\t", ""])
+def test_text_comes_back_exactly(text):
+    answer = shapes.validate(shapes.ChatCompletion, chat_response(chat_call(), text, "stop", 1, 4))
+    assert answer.choices[0].message.content == text
+    assert shapes.validate(shapes.Completion, completion_response(completion_call(), text, "stop", 1, 4)
+                           ).choices[0].text == text
 
 
 @pytest.mark.parametrize("make", [

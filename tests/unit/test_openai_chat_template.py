@@ -72,7 +72,21 @@ LOOP_CONTROLS = ("{% for m in messages %}{% if m.role == 'system' %}{% continue 
                  "{% set d = dict(r=m.role) %}{{ d.r }}={{ m.content }};{% if loop.index > 3 %}{% break %}{% endif %}"
                  "{% endfor %}{{ '>' if add_generation_prompt }}")
 
-TEMPLATES = {"zephyr": ZEPHYR, "llama3": LLAMA3, "llama2": LLAMA2, "chatml": CHATML, "tojson": TOJSON,
+# Indented block tags without "-": lstrip_blocks removes the indentation.
+INDENTED = """{% for message in messages %}
+    {% if message['role'] == 'user' %}
+<start_of_turn>user
+{{ message['content'] }}<end_of_turn>
+    {% else %}
+<start_of_turn>model
+{{ message['content'] }}<end_of_turn>
+    {% endif %}
+{% endfor %}
+{% if add_generation_prompt %}
+<start_of_turn>model
+{% endif %}"""
+
+TEMPLATES = {"indented": INDENTED, "zephyr": ZEPHYR, "llama3": LLAMA3, "llama2": LLAMA2, "chatml": CHATML, "tojson": TOJSON,
              "generation": GENERATION, "loop_controls": LOOP_CONTROLS}
 
 CONVERSATIONS = {
@@ -111,6 +125,10 @@ def test_rendering_equals_transformers_apply_chat_template(tokenizer, template, 
 def test_zephyr_by_hand():
     assert render(CONVERSATIONS["system"], ZEPHYR, "<s>", "</s>") == (
         "<|system|>\nYou are a friendly chatbot.</s>\n<|user|>\nHi</s>\n<|assistant|>\n")
+
+
+def test_indented_by_hand():
+    assert render(CONVERSATIONS["one turn"], INDENTED) == "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
 
 
 def test_llama3_by_hand():
