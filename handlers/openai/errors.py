@@ -9,7 +9,7 @@ The `openai` client raises BadRequestError, NotFoundError, ... from the HTTP sta
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 from handlers.encoding import json_bytes
 from handlers.errors import BadInput, HandlerError
@@ -58,16 +58,17 @@ def _json_type(value) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
-def _fields(err: HandlerError) -> dict:
+def _type_and_code(err: HandlerError) -> Tuple[str, Optional[str]]:
     if isinstance(err, OpenAIError):
-        return {"type": err.type, "code": err.code}
+        return err.type, err.code
     if isinstance(err, BadInput):  # PayloadTooLarge and UnsupportedMediaType too: their status tells them apart
-        return {"type": INVALID_REQUEST, "code": None}
-    return {"type": SERVER_ERROR, "code": None}  # ServerFault, ConfigError: ours, not the request's
+        return INVALID_REQUEST, None
+    return SERVER_ERROR, None  # ServerFault, ConfigError: ours, not the request's
 
 
 def error_object(err: HandlerError) -> dict:
-    return {"message": err.message, **_fields(err), "param": getattr(err, "param", None)}
+    type_, code = _type_and_code(err)
+    return {"message": err.message, "type": type_, "param": getattr(err, "param", None), "code": code}
 
 
 def error_body(err: HandlerError) -> bytes:

@@ -86,8 +86,8 @@ INDENTED = """{% for message in messages %}
 <start_of_turn>model
 {% endif %}"""
 
-TEMPLATES = {"indented": INDENTED, "zephyr": ZEPHYR, "llama3": LLAMA3, "llama2": LLAMA2, "chatml": CHATML, "tojson": TOJSON,
-             "generation": GENERATION, "loop_controls": LOOP_CONTROLS}
+TEMPLATES = {"indented": INDENTED, "zephyr": ZEPHYR, "llama3": LLAMA3, "llama2": LLAMA2, "chatml": CHATML,
+             "tojson": TOJSON, "generation": GENERATION, "loop_controls": LOOP_CONTROLS}
 
 CONVERSATIONS = {
     "one turn": [{"role": "user", "content": "Hi"}],
