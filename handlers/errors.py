@@ -1,5 +1,7 @@
 """The package's one exception family. Each error carries the HTTP status its request gets."""
 
+from typing import Optional
+
 
 class HandlerError(Exception):
     """Base of every error the handlers raise on purpose."""
@@ -7,9 +9,10 @@ class HandlerError(Exception):
     status = 500
     kind = "HandlerError"
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, param: Optional[str] = None):
         super().__init__(message)
         self.message = message
+        self.param = param  # the request field at fault, when one is (OpenAI's error shape names it)
 
 
 class BadInput(HandlerError):
