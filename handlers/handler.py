@@ -24,6 +24,9 @@ from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
 from handlers.onnx_session import OnnxModule, load_onnx
+from handlers.openai import envelope as openai_envelope
+from handlers.openai import routes
+from handlers.openai.errors import error_body
 from handlers.profiling import make_profiler, region
 from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
@@ -71,6 +74,7 @@ class Handler:
         model_dir = Path(props["model_dir"])
         self.model_name = context.model_name
         self.metrics_context = context  # what a generating worker's engine loop reports through
+        self.loaded_at = int(time.time())  # OpenAI's models list: `created`
         yaml_config = getattr(context, "model_yaml_config", None) or {}
         self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"))
         rt = self.settings.runtime
@@ -217,6 +221,9 @@ class Handler:
                     results[idx] = self.encode(context, idx, answers[first:first + count], envelope)
             clock.stop("postprocess", started)
 
+        for idx, envelope, _, count in spans:  # a request without items (OpenAI's models list) is answered as it is
+            if count == 0:
+                results[idx] = self.encode(context, idx, [], envelope)
         if self.response_cache is not None:
             self._remember(context, keys, same_as, results, refused)
         emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
@@ -234,7 +241,8 @@ class Handler:
         for idx in range(len(data)):
             headers = _headers(context, idx)
             no_cache = "no-cache" in (kserve.header(headers, "cache-control") or "").lower()
-            if not no_cache and not kserve.from_kserve_route(headers):  # /predictions answers only
+            other_route = kserve.from_kserve_route(headers) or routes.is_openai(openai_envelope.url_path(headers))
+            if not no_cache and not other_route:  # /predictions answers only
                 keys[idx] = request_key(self.model_name, self.version, self.settings.variant,
                                         request_body(data[idx]), _content_type(context, idx))
         todo = []
@@ -267,8 +275,9 @@ class Handler:
 
         def unwrap_one(idx: int):
             try:
-                body, content_type = request_body(data[idx]), _content_type(context, idx)
-                envelope = kserve.unwrap(body, _headers(context, idx), self.family.input_kind)
+                body, content_type, headers = request_body(data[idx]), _content_type(context, idx), _headers(context, idx)
+                envelope = (openai_envelope.unwrap(body, headers, self.family, self.model_name, self.loaded_at)
+                            or kserve.unwrap(body, headers, self.family.input_kind))
                 return envelope, ((body, content_type),) if envelope is None else envelope.bodies
             except HandlerError as err:
                 return err
@@ -331,6 +340,9 @@ class Handler:
         if envelope is None:
             return _json_answer(context, idx, answers[0])
         try:
+            if envelope.protocol == openai_envelope.PROTOCOL:
+                context.set_response_content_type(idx, JSON)
+                return openai_envelope.wrap(envelope, answers)
             return _json_answer(context, idx, kserve.wrap(envelope, answers, self.model_name))
         except Exception:  # a fault of ours in wrapping: this request's 500, its batch-mates answered
             log.exception("unexpected error wrapping the answer of request %d", idx)
@@ -340,6 +352,9 @@ class Handler:
     @staticmethod
     def reject(context, idx: int, err: HandlerError) -> bytes:
         context.set_response_status(err.status, status_phrase(err.message), idx)
+        if routes.is_openai(openai_envelope.url_path(_headers(context, idx))):
+            context.set_response_content_type(idx, JSON)
+            return error_body(err)  # OpenAI's clients read {"error": {...}}
         answer = {"code": err.status, "type": err.kind, "message": err.message}
         if kserve.from_kserve_route(_headers(context, idx)):
             answer["error"] = err.message  # where KServe / Open Inference Protocol clients read it
@@ -369,7 +384,8 @@ def generation_service(handler: Handler, model_dir: Path, continuous: bool, asyn
 
     if asynchronous:
         return AsyncGenerationService(engine, handler.model_name, handler.decode_each, handler.reject,
-                                      max_running=settings.max_running, priority_of=priority_of,
+                                      family=handler.family, max_running=settings.max_running,
+                                      priority_of=priority_of,
                                       emit=loop_emitter(handler.metrics_context, handler.model_name),
                                       warm_request=handler.family.example_request())
     return GenerationService(engine, handler.model_name, continuous, handler.decode_each, handler.reject,

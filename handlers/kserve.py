@@ -25,7 +25,8 @@ import json
 import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Optional
 
 import numpy as np
@@ -53,9 +54,10 @@ DATATYPES = ("BYTES", *NUMERIC)
 class Envelope:
     """One KServe request, unwrapped: what its instances are and how to answer it."""
 
-    protocol: str  # "v1" or "v2"
+    protocol: str  # "v1" or "v2" (or "openai": handlers/openai/envelope.py)
     bodies: tuple[tuple[Any, str], ...]  # per instance: (body, content type), as a family's decode takes them
     request_id: Optional[str] = None  # v2's "id", echoed in the answer
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # what its answer needs too
 
 
 def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:

@@ -5,8 +5,6 @@ A new family is a `Family` subclass in this folder and one line in FAMILIES.
 
 from __future__ import annotations
 
-from typing import Dict
-
 from handlers.errors import ConfigError
 from handlers.families.base import Family
 from handlers.families.causal_lm import CausalLM

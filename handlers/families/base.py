@@ -47,6 +47,8 @@ class Family:
     request_content_type: ClassVar[str] = JSON
     # The stock TorchServe handler the bench compares the family with ("image", "text"), or None.
     stock_baseline: ClassVar[Optional[str]] = None
+    # OpenAI's routes a model of the family answers (handlers/openai/routes.py): the models list here.
+    openai_endpoints: ClassVar[frozenset] = frozenset({"models", "model"})
 
     def __init__(self, settings: Any, model_dir: Path, channels_last: bool = False) -> None:
         """`model_dir`: where the archive's files are (labels, tokenizer, ...); `channels_last`: the

@@ -78,6 +78,7 @@ class CausalLM(Family):
     input_kind = "json"
     generates = True  # the handler serves it with handlers/generation (stateful, step by step)
     huggingface_class = "AutoModelForCausalLM"
+    openai_endpoints = frozenset({"completions", "chat", "models", "model"})
 
     def __init__(self, settings: CausalLMSettings, model_dir: Path, channels_last: bool = False) -> None:
         super().__init__(settings, model_dir, channels_last)

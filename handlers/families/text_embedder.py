@@ -119,6 +119,7 @@ class TextEmbedder(Family):
     name = "text_embedder"
     request_content_type = "text/plain"
     stock_baseline = "text"
+    openai_endpoints = frozenset({"embeddings", "models", "model"})
     input_kind = "text"
     Settings = TextSettings
     naive = {"pad_to_max_length": True, "max_length": 128}
@@ -129,6 +130,10 @@ class TextEmbedder(Family):
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return PooledEncoder(model, self.settings.pooling, self.settings.normalize)
+
+    def count_tokens(self, text: str) -> int:
+        """The tokens the model reads of `text` (OpenAI's usage counts), truncation included."""
+        return len(self.tokenizer.encode(text).ids)
 
     def decode(self, body, content_type: str) -> str:
         return text_from_body(body, content_type, self.settings)
