@@ -84,7 +84,8 @@ def parse_entry(name: str, raw: Mapping[str, Any]) -> ModelEntry:
     if not _NAME.match(name):
         raise CatalogueError(f"{where}: name must be letters, digits, '_' or '-', starting with a letter")
     only_keys(where, raw, _ENTRY_KEYS, required=("version", "family", "model"))
-    source = parse_source(f"{where}.model", raw["model"], _huggingface_class(where, raw["family"]))
+    family = _family(where, raw["family"])
+    source = parse_source(f"{where}.model", raw["model"], family.huggingface_class, family.huggingface_files)
     serialisation = raw.get("serialisation")
     if serialisation is not None and serialisation not in SERIALISATIONS:
         raise CatalogueError(f"{where}.serialisation: {serialisation!r} is not one of {list(SERIALISATIONS)}")
@@ -120,9 +121,9 @@ def parse_entry(name: str, raw: Mapping[str, Any]) -> ModelEntry:
     )
 
 
-def _huggingface_class(where: str, family: Any) -> str:
+def _family(where: str, family: Any) -> type:
     try:
-        return family_class(str(family)).huggingface_class
+        return family_class(str(family))
     except ConfigError as err:
         raise CatalogueError(f"{where}.family: {err.message}") from None
 

@@ -180,22 +180,26 @@ class _Exported(torch.nn.Module):
 class HuggingFaceFolder:
     """A folder (config.json, weights, tokenizer.json): a package's or the repository's, or trained
     at build time by a script of the repository (build/training.py). `auto`: the transformers
-    Auto class of the entry's family."""
+    Auto class of the entry's family; `beside_tokenizer`: the files of the folder the family reads
+    beside tokenizer.json (its `huggingface_files`: a causal LM's special tokens and chat template)."""
 
     source: Optional[FileSource]
     trainer: Optional[str] = None
     auto: str = "AutoModel"
     also: tuple[str, ...] = ()  # more files of the folder packed beside the handler (a draft model, say)
+    beside_tokenizer: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, where: str, raw: Mapping[str, Any], auto: str) -> HuggingFaceFolder:
+    def parse(cls, where: str, raw: Mapping[str, Any], auto: str,
+              beside_tokenizer: tuple[str, ...] = ()) -> HuggingFaceFolder:
         also = raw.get("also", [])
         if not isinstance(also, list) or not all(isinstance(name, str) and "/" not in name for name in also):
             raise CatalogueError(f"{where}.also: expected a list of file names of the folder, got {also!r}")
         if "train" in raw:
             only_keys(where, raw, ("train", "also"))
-            return cls(None, str(raw["train"]), auto, tuple(also))
-        return cls(FileSource.parse(where, {k: v for k, v in raw.items() if k != "also"}), None, auto, tuple(also))
+            return cls(None, str(raw["train"]), auto, tuple(also), beside_tokenizer)
+        return cls(FileSource.parse(where, {k: v for k, v in raw.items() if k != "also"}), None, auto, tuple(also),
+                   beside_tokenizer)
 
     def folder(self, root: Path, where: str = "model.huggingface") -> Path:
         if self.trainer is not None:
@@ -216,14 +220,16 @@ class HuggingFaceFolder:
 
     def stage(self, root: Path, content: Path) -> None:
         """Its config in hf/ (an eager worker rebuilds from it), its tokenizer.json beside the
-        handler (where the text families look by default); never the weights."""
+        handler (where the text families look by default) with the files the family reads next to
+        it; never the weights. An extra file of the entry of the same name is kept."""
         folder = self.folder(root)
         (content / HF_FOLDER).mkdir(exist_ok=True)
         for name in HF_CONFIG_FILES:
             if (folder / name).is_file():
                 shutil.copy2(folder / name, content / HF_FOLDER / name)
-        if (folder / "tokenizer.json").is_file() and not (content / "tokenizer.json").exists():
-            shutil.copy2(folder / "tokenizer.json", content / "tokenizer.json")
+        for name in ("tokenizer.json", *self.beside_tokenizer):
+            if (folder / name).is_file() and not (content / name).exists():
+                shutil.copy2(folder / name, content / name)
         for name in self.also:
             if not (folder / name).is_file():
                 raise CatalogueError(f"model.huggingface.also: {name!r} is not in {folder}")
@@ -238,7 +244,8 @@ class HuggingFaceFolder:
 Source = Union[PythonSource, TorchScriptFile, ExportedProgram, HuggingFaceFolder]
 
 
-def parse_source(where: str, raw: Any, huggingface_class: str = "AutoModel") -> Source:
+def parse_source(where: str, raw: Any, huggingface_class: str = "AutoModel",
+                 huggingface_files: tuple[str, ...] = ()) -> Source:
     if not isinstance(raw, Mapping):
         raise CatalogueError(f"{where}: expected a mapping (python/module + class + weights, torchscript, exported "
                              "or huggingface)")
@@ -264,7 +271,7 @@ def parse_source(where: str, raw: Any, huggingface_class: str = "AutoModel") -> 
     if not isinstance(value, Mapping):
         raise CatalogueError(f"{where}.{kind}: expected {{path: ...}} or {{package: ..., file: ...}}")
     if kind == "huggingface":
-        return HuggingFaceFolder.parse(f"{where}.{kind}", value, huggingface_class)
+        return HuggingFaceFolder.parse(f"{where}.{kind}", value, huggingface_class, huggingface_files)
     return kinds[kind](FileSource.parse(f"{where}.{kind}", value))
 
 

@@ -374,7 +374,7 @@ def generation_service(handler: Handler, model_dir: Path, continuous: bool, asyn
     lm, settings = handler.model.lm, handler.family.settings
     cache = PrefixCache(int(settings.prefix_cache_mib * 2**20), settings.prefix_block_tokens) \
         if settings.prefix_cache_mib > 0 else None
-    engine = Engine(lm, handler.family.decode_text, handler.family.eos_id, handler.family.check_model(lm),
+    engine = Engine(lm, handler.family.decode_text, handler.family.eos_ids, handler.family.check_model(lm),
                     handler.autocast_dtype, drafter=load_drafter(settings.speculation, model_dir,
                                                                  settings.draft_model),
                     speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,

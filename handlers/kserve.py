@@ -165,9 +165,9 @@ def _v2(payload: dict, input_kind: str) -> Envelope:
     tensor = inputs[0]
     if not isinstance(tensor, dict):
         raise BadInput(f"inputs[0]: an object with name, shape, datatype and data, got {type(tensor).__name__}")
-    for field in ("name", "shape", "datatype", "data"):
-        if field not in tensor:
-            raise BadInput(f"inputs[0].{field}: missing")
+    for key in ("name", "shape", "datatype", "data"):
+        if key not in tensor:
+            raise BadInput(f"inputs[0].{key}: missing")
     if not isinstance(tensor["name"], str):
         raise BadInput(f"inputs[0].name: a string, got {type(tensor['name']).__name__}")
     shape = tensor["shape"]

@@ -26,7 +26,7 @@ from serving.ts_config import ServerConfig, archive_model_name
 
 def _tail(path: Path, lines: int = 30) -> str:
     try:
-        kept = [l for l in path.read_text(errors="replace").splitlines() if "ACCESS_LOG" not in l and "TS_METRICS" not in l]
+        kept = [line for line in path.read_text(errors="replace").splitlines() if "ACCESS_LOG" not in line and "TS_METRICS" not in line]
     except OSError:
         return f"(no {path})"
     return f"--- tail of {path} ---\n" + "\n".join(kept[-lines:])

@@ -84,13 +84,13 @@ def _wordpiece(folder: Path) -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
 
 
-def _byte_bpe(folder: Path) -> int:
+def _byte_bpe(folder: Path, specials=("<|endoftext|>",)) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=list(specials), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(SENTENCES * 4, trainer=trainer)
     tokenizer.save(str(folder / "tokenizer.json"))
@@ -118,6 +118,33 @@ def _gpt2(folder: Path) -> None:
     config = GPT2Config(vocab_size=vocab, n_positions=LM_POSITIONS, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
                         eos_token_id=0, initializer_range=0.5)
     GPT2LMHeadModel(config).save_pretrained(str(folder), safe_serialization=True)
+
+
+LLAMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}"
+                  "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def tiny_llama(folder: Path, seed: int = SEED) -> Path:
+    """A Llama-style folder as a user would bring it: rotary positions, RMSNorm, grouped-query
+    attention (2 key/value heads for 4 query heads), its own byte-level BPE with <s> </s> <unk>,
+    tokenizer_config.json (start and end tokens, add_bos_token, a chat template) and
+    generation_config.json; no GPT-2 token anywhere."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    folder.mkdir(parents=True)
+    vocab = _byte_bpe(folder, ("<s>", "</s>", "<unk>"))
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, bos_token_id=0,
+                         eos_token_id=1, pad_token_id=None, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(bos_token_id=0, eos_token_id=1)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+         "chat_template": LLAMA_TEMPLATE}, indent=2))
+    return folder
 
 
 def _jpeg(seed: int) -> bytes:

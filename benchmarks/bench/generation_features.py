@@ -49,7 +49,7 @@ def inprocess_speculation(handler, model_dir: Path, new_tokens: int, repeats: in
     base, family = handler.generation.engine, handler.family
     drafters = {"off": None, "draft": load_drafter("draft", model_dir, family.settings.draft_model),
                 "lookup": LookupDrafter()}
-    engines = {mode: Engine(base.lm, base.decode, base.eos_id, base.max_positions, base.autocast_dtype,
+    engines = {mode: Engine(base.lm, base.decode, base.eos_ids, base.max_positions, base.autocast_dtype,
                             drafter=drafter, max_draft_tokens=family.settings.max_draft_tokens)
                for mode, drafter in drafters.items()}
     out = {}

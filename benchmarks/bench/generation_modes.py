@@ -84,7 +84,7 @@ def compare(model: str, args, inprocess_tokens_per_s: dict) -> dict:
     step, asyn = out["modes"]["step"], out["modes"]["async"]
     out["async_over_step"] = round(asyn["tokens_per_s"] / step["tokens_per_s"], 2)
     out["async_over_inprocess"] = round(asyn["tokens_per_s"] / engine, 2) if engine else None
-    for mode, figures in out["modes"].items():
+    for figures in out["modes"].values():
         figures["ttft_busy_over_idle"] = stats.tail_ratio(figures["ttft_busy"], figures["ttft_idle"])
     return out
 

@@ -133,7 +133,7 @@ def measure(handler, context, requests: Sequence[tuple[Any, str]], batch_size: i
         if elapsed >= seconds and count >= 3:
             break
     stage = {}
-    for kind, name, value, _ in context.metrics.calls:
+    for _kind, name, value, _ in context.metrics.calls:
         if name.endswith("Ms"):
             stage[name] = stage.get(name, 0.0) + value / count
     return Measurement("", batch_size, count * batch_size / elapsed, count, elapsed, stage)

@@ -43,6 +43,8 @@ class Family:
     generates: ClassVar[bool] = False
     # The transformers Auto class that builds a Hugging Face source for this family.
     huggingface_class: ClassVar[str] = "AutoModel"
+    # Files of a Hugging Face model folder the family reads beside its tokenizer.json (the build stages them).
+    huggingface_files: ClassVar[tuple[str, ...]] = ()
     # The usual Content-Type of a request body (the tools send an over-limit body with it).
     request_content_type: ClassVar[str] = JSON
     # The stock TorchServe handler the bench compares the family with ("image", "text"), or None.

@@ -3,7 +3,8 @@
 Any Hugging Face causal LM folder (config, safetensors weights, tokenizer.json); generation itself
 (KV cache, continuous batching, streaming) is handlers/generation/. This class is what the rest of
 the package sees of the family: decoding and checking one request, and a forward pass (the next
-token's logits for a batch of prompts) for the build's smoke test, gate and speed figures.
+token's logits for a batch of prompts) for the build's smoke test, gate and speed figures. Its end
+and start tokens and chat template come from the model's own files (causal_lm_tokens.py).
 """
 
 from __future__ import annotations
@@ -20,18 +21,24 @@ from handlers.errors import BadInput, ConfigError, PayloadTooLarge, UnsupportedM
 from handlers.families import causal_lm_cases
 from handlers.families.base import Family
 from handlers.families.cases import Case
+from handlers.families.causal_lm_tokens import MODEL_FILES, read_special_tokens
 from handlers.generation.params import GenerationRequest, Limits, parse_request
 
 
 @dataclass(frozen=True)
 class CausalLMSettings:
-    """settings.causal_lm: tokenizer file, the request limits, the end-of-text token."""
+    """settings.causal_lm: tokenizer file, the request limits, generation options. The special tokens
+    and the chat template are the model's own (causal_lm_tokens.py); set one here only to override."""
 
     tokenizer: str = "tokenizer.json"  # archive file in the tokenizers library's format
     max_prompt_tokens: int = 256
     max_new_tokens: int = 256  # the most a request may ask for
     default_max_new_tokens: int = 64  # what a request gets when it does not say
-    eos_token: str = "<|endoftext|>"  # ends a sequence when generated
+    eos_token: Optional[str] = None  # ends a sequence when generated; None: from the model's files
+    eos_tokens: Optional[tuple[str, ...]] = None  # several, any of which ends a sequence (instead of eos_token)
+    bos_token: Optional[str] = None  # the start token; None: from the model's files
+    add_bos: Optional[bool] = None  # prepend bos_token to prompts; None: as the model's tokenizer files say
+    chat_template: Optional[str] = None  # a Jinja2 file in the archive, or the template; None: the model's
     max_body_bytes: int = 64 * 1024
     speculation: Literal["off", "lookup", "draft"] = "off"  # who drafts the tokens verified (greedy only)
     draft_model: str = "draft.pt"  # speculation: draft -- a TorchScript file or a Hugging Face folder in the archive
@@ -54,6 +61,15 @@ class CausalLMSettings:
             raise ConfigError(f"causal_lm.max_body_bytes: must be >= 1, got {self.max_body_bytes}")
         if self.speculate_max_batch < 1 or not 1 <= self.max_draft_tokens <= 32:
             raise ConfigError("causal_lm.speculate_max_batch must be >= 1 and causal_lm.max_draft_tokens 1..32")
+        if self.eos_token is not None and self.eos_tokens is not None:
+            raise ConfigError("causal_lm.eos_token and causal_lm.eos_tokens: set one (eos_tokens for several)")
+        if self.eos_tokens is not None and not self.eos_tokens:
+            raise ConfigError("causal_lm.eos_tokens: name at least one token, or remove it (null: the model's own)")
+        for key in ("eos_token", "bos_token", "chat_template"):
+            if getattr(self, key) == "":
+                raise ConfigError(f"causal_lm.{key}: empty; remove it (null: the model's own)")
+        if self.eos_tokens is not None and "" in self.eos_tokens:
+            raise ConfigError("causal_lm.eos_tokens: an empty token name")
         if self.prefix_cache_mib < 0 or self.prefix_block_tokens < 1 or self.max_running < 0:
             raise ConfigError("causal_lm.prefix_cache_mib and causal_lm.max_running must be >= 0, "
                               "causal_lm.prefix_block_tokens >= 1")
@@ -79,6 +95,7 @@ class CausalLM(Family):
     generates = True  # the handler serves it with handlers/generation (stateful, step by step)
     huggingface_class = "AutoModelForCausalLM"
     openai_endpoints = frozenset({"completions", "chat", "models", "model"})
+    huggingface_files = MODEL_FILES  # its special tokens and chat template are read from them
 
     def __init__(self, settings: CausalLMSettings, model_dir: Path, channels_last: bool = False) -> None:
         super().__init__(settings, model_dir, channels_last)
@@ -88,10 +105,14 @@ class CausalLM(Family):
         if not path.is_file():
             raise ConfigError(f"causal_lm.tokenizer: {settings.tokenizer} is not in the archive")
         self.tokenizer = Tokenizer.from_file(str(path))
-        eos = self.tokenizer.token_to_id(settings.eos_token)
-        if eos is None:
-            raise ConfigError(f"causal_lm.eos_token: {settings.eos_token!r} is not in {settings.tokenizer}")
-        self.eos_id = int(eos)
+        tokens = read_special_tokens(settings, path.parent, Path(model_dir), self.tokenizer)
+        self.eos_ids: tuple[int, ...] = tokens.eos_ids  # any of them ends a sequence
+        self.eos_id = tokens.eos_ids[0]  # pads batches
+        self.eos_token: str = tokens.eos_token  # text of the end and start tokens, for a chat template
+        self.bos_token: Optional[str] = tokens.bos_token
+        self.bos_id: Optional[int] = tokens.bos_id
+        self.add_bos: bool = tokens.add_bos
+        self.chat_template: Optional[str] = tokens.chat_template  # Jinja2 source, or None
         self.limits = Limits(settings.max_prompt_tokens, settings.max_new_tokens, settings.default_max_new_tokens,
                              max_prompt_chars=settings.max_body_bytes)
 
@@ -105,14 +126,21 @@ class CausalLM(Family):
         return "handlers/async_handler.py" if settings.mode == "async" else super().handler_entry(settings)
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        """The prompt's tokens, after the start token when the model wants one. The tokenizer adds no
+        special tokens of its own; a prompt that starts with the start token's text (a rendered chat
+        template, say) keeps just that one."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if self.add_bos and ids[:1] != [self.bos_id]:
+            ids = [self.bos_id, *ids]
+        return ids
 
     def decode_text(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def check_model(self, lm: torch.nn.Module) -> int:
         """The model's context length, which must hold the longest prompt plus the most new tokens."""
-        positions = int(getattr(lm.config, "max_position_embeddings", 0) or getattr(lm.config, "n_positions", 0))
+        # Every transformers config answers max_position_embeddings (an alias where it names it otherwise).
+        positions = int(getattr(lm.config, "max_position_embeddings", 0) or 0)
         needed = self.settings.max_prompt_tokens + self.settings.max_new_tokens
         if positions and needed > positions:
             raise ConfigError(f"causal_lm: max_prompt_tokens + max_new_tokens = {needed} exceeds the model's "

@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
-from typing import Any, Callable, Optional, Union
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional, Union
 
 from handlers import kserve
 from handlers.encoding import JSON, json_bytes
@@ -167,8 +167,8 @@ class AsyncGenerationService:
         family = self.family
         if endpoint == routes.CHAT:
             return parse_chat(body, family.encode, family.limits, self.model_name,
-                              getattr(family, "chat_template", None), getattr(family, "bos_token", "") or "",
-                              getattr(family, "eos_token", "") or "", request_id=request_id)
+                              family.chat_template, family.bos_token or "", family.eos_token or "",
+                              request_id=request_id)
         return parse_completion(body, family.encode, family.limits, self.model_name, request_id=request_id)
 
 

@@ -54,11 +54,12 @@ class Generation:
 
 
 class Engine:
-    def __init__(self, lm: torch.nn.Module, decode: Callable[[Sequence[int]], str], eos_id: int,
+    def __init__(self, lm: torch.nn.Module, decode: Callable[[Sequence[int]], str], eos_id: int | Sequence[int],
                  max_positions: int, autocast_dtype: Optional[torch.dtype] = None, drafter: Optional[Drafter] = None,
                  speculate_max_batch: int = 2, max_draft_tokens: int = 8,
                  prefix_cache: Optional[PrefixCache] = None) -> None:
-        """`drafter`: speculative decoding (drafting.py) for greedy sequences, while the batch holds
+        """`eos_id`: the end-of-text id, or several (any of them ends a sequence; the first pads).
+        `drafter`: speculative decoding (drafting.py) for greedy sequences, while the batch holds
         at most `speculate_max_batch` of them. `prefix_cache`: prompts reuse cached prefixes."""
         self.lm = lm
         self.drafter = drafter
@@ -66,7 +67,9 @@ class Engine:
         self.speculate_max_batch = speculate_max_batch
         self.max_draft_tokens = max_draft_tokens
         self.decode = decode
-        self.eos_id = eos_id
+        self.eos_ids: tuple[int, ...] = (eos_id,) if isinstance(eos_id, int) else tuple(eos_id)
+        self.eos_id = self.eos_ids[0]
+        self._ends = frozenset(self.eos_ids)
         self.max_positions = max_positions
         self.autocast_dtype = autocast_dtype
         self.device = torch.device("cpu")
@@ -223,7 +226,7 @@ class Engine:
         seq.generated_ids.append(token)
         seq.token_times.append(now)
         seq.pending = token
-        if token == self.eos_id and not seq.request.ignore_eos:
+        if token in self._ends and not seq.request.ignore_eos:
             seq.finish = "stop"
             return
         seq.text.add(token)

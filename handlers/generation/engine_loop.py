@@ -78,6 +78,9 @@ class LoopStats:
     steps: int = 0
 
 
+IDLE_WAIT_MIN_S = 0.05  # an idle loop wakes at most this often, whatever stats_every_s asks
+
+
 class EngineLoop:
     def __init__(self, engine: Engine, max_running: int = 0, on_stats: Optional[Callable[[LoopStats], None]] = None,
                  stats_every_s: float = 1.0) -> None:
@@ -90,6 +93,7 @@ class EngineLoop:
         self._waiting: list[Generation] = []
         self._stats = LoopStats()
         self._reported = time.perf_counter()
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
     def start(self) -> EngineLoop:
@@ -99,20 +103,27 @@ class EngineLoop:
     def submit(self, ticket: Ticket) -> None:
         self._inbox.put(("submit", ticket))
 
+    def stop(self) -> None:
+        """End the loop's thread (the requests it still holds are dropped unanswered)."""
+        self._inbox.put(("stop", None))
+        self._thread.join(timeout=5)
+
     def cancel(self, key: str) -> None:
         """Release the request's sequence at the next step (its client is gone)."""
         self._inbox.put(("cancel", key))
 
     # ---- the loop ----------------------------------------------------------------------------
     def _run(self) -> None:
-        while True:
+        while not self._stopped:
             if not self.engine.running and not self._waiting:
                 try:  # idle: wait for a request, reporting the (idle) gauges meanwhile
-                    self._take(self._inbox.get(timeout=self.stats_every_s))
+                    self._take(self._inbox.get(timeout=max(self.stats_every_s, IDLE_WAIT_MIN_S)))
                 except queue.Empty:
                     self._report()
                     continue
             self._take_arrived()
+            if self._stopped:
+                return
             starting = self._starting()
             try:
                 if starting:
@@ -138,7 +149,9 @@ class EngineLoop:
         if item is None:
             return
         kind, value = item
-        if kind == "submit":
+        if kind == "stop":
+            self._stopped = True
+        elif kind == "submit":
             ticket = value
             seq = self.engine.new_sequence(ticket.key, ticket.request)
             seq.priority = ticket.priority

@@ -34,6 +34,21 @@ def tiny_lm(tmp_path_factory):
     return extract(archive, root / "tiny_lm")
 
 
+STARTED: list[Handler] = []
+
+
+@pytest.fixture(autouse=True)
+def stop_engine_loops():
+    """Every engine loop a test starts is stopped after it: an idle loop keeps reporting otherwise."""
+    try:
+        yield
+    finally:
+        while STARTED:
+            loop = getattr(STARTED.pop().generation, "loop", None)
+            if loop is not None:
+                loop.stop()
+
+
 def handler_in(model_dir: Path, mode: str):
     context = FakeContext(model_dir, "tiny_lm", batch_size=8, handler_overrides={"causal_lm": {"mode": mode}})
     if mode == "async":  # what the build writes into an async archive's model-config.yaml
@@ -41,6 +56,7 @@ def handler_in(model_dir: Path, mode: str):
         context.model_yaml_config["asyncCommunication"] = True
     handler = Handler()
     handler.initialize(context)
+    STARTED.append(handler)
     return handler, context
 
 

@@ -110,7 +110,7 @@ def test_bad_inputs_fail_alone(served, alone):
     batch = [{"body": {"text": SENTENCES[0]}}] + [request for request, _, _, _ in BAD] + [{"body": SENTENCES[1]}]
     context.headers = {i: headers for i, (_, headers, _, _) in enumerate(BAD, start=1)}
     answers = decoded(handler.handle(batch, context))
-    for i, (request, _, status, words) in enumerate(BAD, start=1):
+    for i, (_, _, status, words) in enumerate(BAD, start=1):
         assert context.statuses[i][0] == status and answers[i]["code"] == status, answers[i]
         assert words in answers[i]["message"], answers[i]
     np.testing.assert_allclose(answers[0]["embedding"], alone[0], atol=1e-5)
