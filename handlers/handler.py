@@ -26,7 +26,7 @@ from handlers.families import Family, family_class
 from handlers.onnx_session import OnnxModule, load_onnx
 from handlers.openai import envelope as openai_envelope
 from handlers.openai import routes
-from handlers.openai.errors import error_body
+from handlers.openai.errors import OpenAIError, error_body
 from handlers.profiling import make_profiler, region
 from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
@@ -318,6 +318,10 @@ class Handler:
         """Each request decoded by the family on its own: the item, or the HandlerError rejecting it."""
         outcomes = []
         for request, idx in zip(data, indices):
+            if self.family.generates and routes.is_openai(openai_envelope.url_path(_headers(context, idx))):
+                # Reached only in step mode: the async service answers OpenAI's routes before decoding.
+                outcomes.append(OpenAIError(STEP_MODE_HAS_NO_OPENAI, status=404))
+                continue
             try:
                 outcomes.append(self.family.decode(request_body(request), _content_type(context, idx)))
             except HandlerError as err:
@@ -359,6 +363,10 @@ class Handler:
         if kserve.from_kserve_route(_headers(context, idx)):
             answer["error"] = err.message  # where KServe / Open Inference Protocol clients read it
         return _json_answer(context, idx, answer)
+
+
+STEP_MODE_HAS_NO_OPENAI = ("OpenAI's routes need the async mode: set causal_lm.mode: async in the catalogue "
+                           "and rebuild (this archive answers /predictions only)")
 
 
 def generation_service(handler: Handler, model_dir: Path, continuous: bool, asynchronous: bool = False):

@@ -158,6 +158,16 @@ def test_sampling_with_a_seed_repeats_whatever_shares_the_batch(tinylm):
     assert engine.generate([("o", other), ("s", sampled)])["s"].text.text == alone
 
 
+def test_openai_routes_on_a_step_mode_archive_get_a_404_naming_the_async_mode_and_the_batch_goes_on(tinylm):
+    handler, context = tinylm
+    body = {"prompt": PROMPTS[0], "max_new_tokens": 4, "ignore_eos": True}
+    answers, _ = run_continuous(handler, context, {0: [("openai", {"model": "tiny_lm", "prompt": "Hi"}), ("plain", body)]},
+                                headers={"openai": {"url_path": "v1/completions"}})
+    error = json.loads(answers["openai"][-1])["error"]
+    assert "causal_lm.mode: async" in error["message"]
+    assert json.loads(answers["plain"][-1])["generated_tokens"] == 4
+
+
 def test_continuous_batching_answers_equal_the_requests_alone_and_streamed_equals_whole(tinylm):
     handler, context = tinylm
     bodies = {f"r{i}": {"prompt": p, "max_new_tokens": 20 + 3 * i, "ignore_eos": True}
