@@ -166,8 +166,8 @@ def freeze_heap() -> int:
     """Move every object alive after start-up into the collector's permanent generation.
 
     A full collection otherwise walks everything torch, the tokenizer and the model left behind
-    (~170k objects): measured 115-120 ms per collection in a worker, a stall for every request of
-    the batch in flight; frozen, it takes ~0 ms. Returns how many objects were frozen.
+    (over a hundred thousand objects), a stall for every request of the batch in flight
+    (docs/results.md, "Smaller measurements"). Returns how many objects were frozen.
     """
     gc.collect()
     gc.freeze()

@@ -77,7 +77,7 @@ class RuntimeSettings:
     precision: Precision = "fp32"
     graph: Graph = "eager"
     compile_mode: str = "default"
-    optimize_for_inference: bool = False  # torchscript only; measured slower for bf16 on this CPU
+    optimize_for_inference: bool = False  # torchscript only; off: it can be slower (docs/optimisations.md)
     preprocess_threads: Optional[int] = 1  # decode a batch's requests in parallel; None: = threads
     channels_last: bool = False
     warmup: bool = True

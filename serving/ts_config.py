@@ -66,8 +66,8 @@ class ModelSettings:
         if self.threads is not None and (isinstance(self.threads, bool) or int(self.threads) < 1):
             raise ConfigError(f"{THREADS_KEY} must be >= 1, got {self.threads}")
         if self.max_batch_delay_ms < 1:
-            # TorchServe 0.12 reads 0 as "unset" and waits 100 ms for every partial batch (measured:
-            # a no-op handler answers one client in 104 ms at 0, in 1.7 ms at 1).
+            # TorchServe 0.12 reads 0 as "unset" and waits 100 ms for every partial batch
+            # (docs/configuration.md).
             raise ConfigError(f"max_batch_delay_ms must be >= 1 (TorchServe treats 0 as 100 ms), "
                               f"got {self.max_batch_delay_ms}")
         if self.max_workers < self.min_workers:

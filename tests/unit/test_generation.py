@@ -241,7 +241,7 @@ def test_a_fault_in_the_model_ends_every_sequence_with_500_and_the_worker_serves
     assert json.loads(answers["c"][-1])["generated_tokens"] == 4
 
 
-# ---- speculative decoding by prompt lookup (issue 17, first part) ------------------------------
+# ---- speculative decoding by prompt lookup ------------------------------------------------------
 def test_lookup_draft_takes_what_followed_the_last_ngram():
     from handlers.generation.speculation import lookup_draft
 

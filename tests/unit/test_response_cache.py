@@ -1,4 +1,4 @@
-"""The response cache on its own: keys, bounds, expiry, coalescing (issue 18, first part)."""
+"""The response cache on its own: keys, bounds, expiry, coalescing ."""
 
 from __future__ import annotations
 
