@@ -21,6 +21,7 @@ from pathlib import Path
 
 from benchmarks.bench import generation_features as features
 from benchmarks.bench import generation_modes as modes
+from benchmarks.bench import generation_openai
 from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.bench.inprocess import extracted_archive
 from benchmarks.load import stats
@@ -171,6 +172,7 @@ def markdown(report: dict) -> str:
         "![tokens/s](tokens.png)",
         "",
         *modes.markdown(report),
+        *generation_openai.markdown(report),
         *features.markdown(report),
     ])
 
@@ -216,10 +218,12 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients (= the batch's sequences)")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens per request in the throughput runs")
     parser.add_argument("--rounds", type=int, default=6, help="requests per client in the throughput runs")
-    parser.add_argument("--parts", type=lambda t: set(t.split(",")), default={"modes", "features"},
+    parser.add_argument("--parts", type=lambda t: set(t.split(",")), default={"modes", "openai", "features"},
                         help="what to run after the in-process and step-mode rows: modes (async against step, "
-                             "the async mode's workers), features (speculation, prefix cache, priorities); "
-                             "default both")
+                             "the async mode's workers), openai (first token through OpenAI's client against "
+                             "/predictions), features (speculation, prefix cache, priorities); default all")
+    parser.add_argument("--openai-pairs", type=int, default=1000, help="requests of each kind in the openai part")
+    parser.add_argument("--openai-tokens", type=int, default=64)
     parser.add_argument("--probes", type=int, default=2000,
                         help="short requests per TTFT distribution (a report prints a p99 over fewer than "
                              "1,000 as the p90 and the count)")
@@ -238,6 +242,9 @@ def main(argv=None) -> int:
         report["served"] = served(args.model, args)
         if "modes" in args.parts:
             report["modes_compared"] = modes.compare(args.model, args, report["inprocess"]["batched_tokens_per_s"])
+        if "openai" in args.parts:
+            log(f"OpenAI's client against /predictions: {args.openai_pairs} pairs")
+            report["openai_compared"] = generation_openai.compare(args.model, args.openai_tokens, args.openai_pairs)
         if "features" in args.parts:
             report["further"] = features.served(args.model, args)
     except BenchmarkError as err:
