@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from benchmarks.bench.archive_settings import with_handler_settings
-from build.catalogue import Catalogue
 from benchmarks.bench.generation_probes import log, ttft_figures
 from benchmarks.load import stats
 from benchmarks.load.generation import GenerationResult, generate
+from build.catalogue import Catalogue
 from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, MODEL_STORE
