@@ -80,13 +80,18 @@ def sentences(s: dict) -> list[str]:
         verdict += f", at {s['efficiency_at_slo']:.0%} of the in-process limit ({s['inprocess_items_per_s']:.1f} items/s)."
     else:
         verdict = f"Ours meets p99 <= {slo:g} ms at none of the measured open-loop rates."
-    peak = (f"At peak ours serves {_fmt(ours['peak_rps'])} req/s ({stats.tail_text(_at(ours, 'peak'), 0)}, "
-            f"{ours['peak_point']}), {_pct(s['efficiency_at_peak'])} of the in-process limit")
-    if stock:
+    if ours["peak_rps"] is None:  # no closed-loop sweep (the short default): no peak to state
+        peak = "No closed-loop sweep in this run, so no peak (`--full` measures one)"
+    else:
+        peak = (f"At peak (closed loop) ours serves {_fmt(ours['peak_rps'])} req/s "
+                f"({stats.tail_text(_at(ours, 'peak'), 0)}, {ours['peak_point']}), "
+                f"{_pct(s['efficiency_at_peak'])} of the in-process limit")
+    if stock and stock["peak_rps"] is not None and ours["peak_rps"] is not None:
         peak += (f"; the stock baseline peaks at {_fmt(stock['peak_rps'])} req/s "
                  f"({stats.tail_text(_at(stock, 'peak'), 0)}): {_x(s['speedup_at_peak'])}")
     compared = [f"Same settings and load, {label}: {_fmt(v['slo_rps'])} req/s at p99 <= {slo:g} ms (ours "
-                f"{_ratio(ours['slo_rps'], v['slo_rps']) or 0:.2f}x that), peak {_fmt(v['peak_rps'])} req/s."
+                f"{_ratio(ours['slo_rps'], v['slo_rps']) or 0:.2f}x that)"
+                + (f", closed-loop peak {_fmt(v['peak_rps'])} req/s." if v["peak_rps"] is not None else ".")
                 for label, v in (s.get("variants") or {}).items()]
     return [verdict, peak + ".", *compared]
 

@@ -224,9 +224,11 @@ def capacity_search(probe: Callable[[float], OpenPoint], listed: Sequence[OpenPo
 
 # -- what a set of points says ----------------------------------------------------------------
 def peak(points: Sequence[Point]) -> Optional[dict]:
-    """The point with the highest throughput (among those with answers)."""
-    return max((p.figures for p in points if p.figures["latency_ms"]), key=lambda f: f["throughput_rps"],
-               default=None)
+    """The closed-loop point with the highest throughput (among those with answers); None without a
+    closed-loop sweep. Peaks compare like for like: an open-loop point offered above capacity measures
+    an overload (its queue grows through the window), not what the server sustains."""
+    return max((p.figures for p in points if p.figures["latency_ms"] and p.figures["mode"] == "closed"),
+               key=lambda f: f["throughput_rps"], default=None)
 
 
 def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
