@@ -124,3 +124,25 @@ def test_soak_server_keeps_the_configs_vmargs_and_adds_its_heap_settings(tmp_pat
     assert soak_vmargs(config) == {"vmargs": "-Xms2g -XX:+AlwaysPreTouch"}
     config.write_text("inference_address=http://127.0.0.1:8080\n")
     assert soak_vmargs(config) == {"vmargs": "-Xms512m -XX:+AlwaysPreTouch"}
+
+
+def test_deadline_overload_sorts_every_request_into_one_outcome():
+    from benchmarks.reliability.deadlines import OUTCOMES, outcomes
+
+    done = [Sample(0.0, 0.0, 0.05, 200), Sample(0.0, 0.0, 0.5, 200), Sample(0.0, 0.0, 0.01, 503),
+            Sample(0.0, 0.0, 0.2, 504), Sample(0.0, 0.0, 0.2, 500), Sample(0.0, 0.0, 0.2, 400),
+            Sample(0.0, 0.0, 60.0, NO_RESPONSE)]
+    counted = outcomes(done, budget_ms=100)
+    assert counted == dict(zip(OUTCOMES, [1, 1, 1, 1, 1, 1, 1]))
+
+
+def test_deadline_stamp_sends_the_budget_and_the_intended_send_time():
+    import time
+
+    from benchmarks.reliability.deadlines import deadline_stamp
+    from handlers.deadlines import START_HEADER, TIMEOUT_HEADER
+
+    intended = time.perf_counter() - 0.5  # meant to go half a second ago
+    headers = deadline_stamp(200)(intended)
+    assert headers[TIMEOUT_HEADER] == "200"
+    assert abs(int(headers[START_HEADER]) - (time.time() - 0.5) * 1000) < 50
