@@ -9,7 +9,10 @@ headers and the body only, and the arrival time (`Job.begin`) stays in the front
 start header, time spent in the frontend's queue and batch delay is therefore not counted.
 
 The request loop checks twice: when the batch arrives (an expired request is not even decoded) and
-again just before the forward pass (decoding its batch-mates may have used up its budget). The
+again just before the forward pass (decoding its batch-mates may have used up its budget). A request
+is dropped at a check when its deadline has passed, or when less of its budget is left than the
+worker's recent time from that check to a batch's answers (`ServiceTime`): under overload a request
+picked up just before its deadline would otherwise be computed and still answered late. The
 requests left run as a smaller batch. Header names match in any case (the frontend forwards them as
 the client spelled them).
 """
@@ -58,10 +61,35 @@ class Due:
     source: str  # which setting gave the budget
     counted_from: str  # what the budget counts from
 
-    def message(self, stage: str) -> str:
+    def message(self, stage: str, now: float, needed_s: float) -> str:
         where = "before it was decoded" if stage == BEFORE_DECODE else "before the model ran"
+        left_ms = (self.at - now) * 1000.0
+        why = "ran out" if left_ms <= 0 else (f"had {left_ms:.0f} ms left, less than the {needed_s * 1000:.0f} ms this "
+                                                "worker recently took to answer a batch,")
         return (f"deadline exceeded: the budget of {self.budget_ms} ms ({self.source}, counted from "
-                f"{self.counted_from}) ran out {where}; the request was not computed")
+                f"{self.counted_from}) {why} {where}; the request was not computed")
+
+
+@dataclass
+class ServiceTime:
+    """The worker's recent time from each check to its batch's answers (moving averages, seconds);
+    0 until a batch has been computed."""
+
+    before_decode_s: float = 0.0
+    before_inference_s: float = 0.0
+    weight: float = 0.2  # of the newest batch
+
+    def needed(self, stage: str) -> float:
+        return self.before_decode_s if stage == BEFORE_DECODE else self.before_inference_s
+
+    def update(self, elapsed_ms: Mapping[str, float]) -> None:
+        """One computed batch's stage times (handlers/stage_metrics.StageClock.elapsed_ms)."""
+        after_decode = (elapsed_ms.get("inference", 0.0) + elapsed_ms.get("postprocess", 0.0)) / 1000.0
+        whole = after_decode + elapsed_ms.get("preprocess", 0.0) / 1000.0
+        first = self.before_decode_s == 0.0 and self.before_inference_s == 0.0
+        w = 1.0 if first else self.weight
+        self.before_decode_s += w * (whole - self.before_decode_s)
+        self.before_inference_s += w * (after_decode - self.before_inference_s)
 
 
 def _whole_ms(headers: Mapping[str, Any], name: str) -> Optional[int]:
@@ -104,11 +132,12 @@ class BatchDeadlines:
     expired: dict[str, int] = field(default_factory=dict)  # stage -> requests answered 504 there
     late: int = 0  # requests computed but answered after their deadline (still 200)
 
-    def expire(self, indices, stage: str) -> dict[int, DeadlineExceeded]:
-        """The requests among `indices` whose deadline has passed now, each with its 504."""
+    def expire(self, indices, stage: str, service: ServiceTime) -> dict[int, DeadlineExceeded]:
+        """The requests among `indices` that cannot be answered in time any more, each with its 504."""
         now = time.monotonic()
-        out = {idx: DeadlineExceeded(self.due[idx].message(stage)) for idx in indices
-               if idx in self.due and self.due[idx].at <= now}
+        needed = service.needed(stage)
+        out = {idx: DeadlineExceeded(self.due[idx].message(stage, now, needed)) for idx in indices
+               if idx in self.due and self.due[idx].at <= now + needed}
         if out:
             self.expired[stage] = self.expired.get(stage, 0) + len(out)
         return out

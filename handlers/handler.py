@@ -21,7 +21,7 @@ from typing import Any, Optional
 import torch
 
 from handlers import frontend, kserve, plan, runtime
-from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE
+from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
 from handlers.deadlines import read as read_deadlines
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
@@ -69,6 +69,7 @@ class Handler:
         self.decode_pool = None
         self.generation = None  # a generative family's service (handlers/generation/serving.py)
         self.response_cache = None  # handlers/response_cache.py, when the archive's settings turn it on
+        self.service_time = ServiceTime()  # what a request's remaining budget must cover (handlers/deadlines.py)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize(self, context) -> None:
@@ -199,9 +200,11 @@ class Handler:
         deadlines, malformed = read_deadlines(lambda idx: _headers(context, idx), len(data),
                                               self.settings.runtime.deadline_ms)
         self._refuse(context, results, refused, malformed)
-        self._refuse(context, results, refused,
-                     deadlines.expire((i for i in range(len(data)) if i not in refused), BEFORE_DECODE))
         keys, todo, same_as = self._cached(data, context, results, [i for i in range(len(data)) if i not in refused])
+        # A cached answer costs nothing and goes out whatever its deadline; the rest need time for a batch.
+        expired = deadlines.expire(todo, BEFORE_DECODE, self.service_time)
+        self._refuse(context, results, refused, expired)
+        todo = [idx for idx in todo if idx not in expired]
         # Per accepted request: (its index, its envelope or None, where its items start, how many).
         spans: list[tuple[int, Optional[kserve.Envelope], int, int]] = []
         items: list[Any] = []
@@ -216,7 +219,7 @@ class Handler:
                 else:
                     accepted.append((idx, outcome))
             # Decoding the batch may have used up a request's budget: it leaves the batch uncomputed.
-            expired = deadlines.expire((idx for idx, _ in accepted), BEFORE_INFERENCE)
+            expired = deadlines.expire((idx for idx, _ in accepted), BEFORE_INFERENCE, self.service_time)
             self._refuse(context, results, refused, expired)
             for idx, (envelope, decoded) in accepted:
                 if idx not in expired:
@@ -243,6 +246,8 @@ class Handler:
         if self.response_cache is not None:
             self._remember(context, keys, same_as, results, refused)
         deadlines.count_late(idx for idx, _, _, _ in spans)
+        if items:
+            self.service_time.update(clock.elapsed_ms)
         emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
         emit_deadlines(getattr(context, "metrics", None), self.model_name, deadlines)
         if self.profiler is not None:

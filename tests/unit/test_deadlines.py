@@ -11,7 +11,7 @@ import pytest
 
 from build.catalogue import Catalogue
 from build.examples import worker_input
-from handlers.deadlines import MAX_TIMEOUT_MS, START_HEADER, TIMEOUT_HEADER
+from handlers.deadlines import MAX_TIMEOUT_MS, START_HEADER, TIMEOUT_HEADER, ServiceTime
 from handlers.errors import ConfigError
 from handlers.families import family_class
 from handlers.settings import RuntimeSettings, parse_section
@@ -63,8 +63,10 @@ def examples(tiny_catalogue):
     return out
 
 
-def run(handler, context, requests, headers=None):
-    """One batch; `headers[i]`: request i's extra headers. Returns the decoded answers."""
+def run(handler, context, requests, headers=None, service=None):
+    """One batch; `headers[i]`: request i's extra headers; `service`: the worker's recent batch times
+    (default: none yet, so that only passed deadlines count). Returns the decoded answers."""
+    handler.service_time = service or ServiceTime()
     context.metrics, context.statuses = FakeMetrics(), {}
     context.headers = {i: {"Content-Type": ctype, **(headers or {}).get(i, {})} for i, (_, ctype) in enumerate(requests)}
     return decoded(handler.handle([{"body": body} for body, _ in requests], context))
@@ -195,3 +197,32 @@ def test_deadline_setting_out_of_range_is_an_error_naming_the_key(value):
 
 def test_no_deadline_by_default():
     assert RuntimeSettings().deadline_ms == 0
+
+
+def test_a_request_left_less_than_a_batch_takes_is_not_computed(handlers_by_name, examples, monkeypatch):
+    """Under overload a request picked up just before its deadline would be answered late anyway."""
+    handler, context = handlers_by_name["tiny_tensor"]
+    counting = CountingModel(handler.model)
+    monkeypatch.setattr(handler, "model", counting)
+    request = examples["tiny_tensor"][0]
+    slow = ServiceTime(before_decode_s=0.5, before_inference_s=0.4)
+
+    answers = run(handler, context, [request, request], headers={0: {TIMEOUT_HEADER: "200"}, 1: {TIMEOUT_HEADER: "5000"}},
+                  service=slow)
+
+    assert context.statuses[0][0] == 504 and "less than the 500 ms" in answers[0]["message"]
+    assert 1 not in context.statuses and counting.batch_sizes == [1]
+
+
+def test_service_time_follows_the_computed_batches():
+    service = ServiceTime()
+    service.update({"preprocess": 10.0, "inference": 30.0, "postprocess": 10.0})
+    assert (service.before_decode_s, service.before_inference_s) == pytest.approx((0.05, 0.04))
+    service.update({"preprocess": 10.0, "inference": 80.0, "postprocess": 10.0})
+    assert (service.before_decode_s, service.before_inference_s) == pytest.approx((0.06, 0.05))
+
+
+def test_a_batch_updates_the_service_time(handlers_by_name, examples):
+    handler, context = handlers_by_name["tiny_tensor"]
+    run(handler, context, examples["tiny_tensor"][:1])
+    assert handler.service_time.before_decode_s > handler.service_time.before_inference_s > 0
