@@ -193,7 +193,7 @@ def report_table(result: DeadlineComparison) -> str:
     header = "| | " + " | ".join(r.label for r in result.runs) + " |\n|---|" + "---:|" * len(result.runs)
     rows = [("offered (req/s)", [f"{r.offered_rps:.0f}" for r in result.runs]),
             ("sent", [str(r.traffic.sent) for r in result.runs]),
-            ("tail of the 200s (ms)", [stats.tail_text(r.answered, 0) for r in result.runs]),
+            ("tail of the 200s", [stats.tail_text(r.answered, 0) for r in result.runs]),
             (f"answered 200 within {result.budget_ms} ms", [f"{r.in_time_share:.1%}" for r in result.runs])]
     rows += [(name, [str(r.outcomes[name]) for r in result.runs]) for name in OUTCOMES]
     rows.append(("HandlerDeadlineExpired (/metrics)", [f"{r.expired_counter:.0f}" for r in result.runs]))
@@ -211,7 +211,7 @@ def write_report(result: DeadlineComparison, out: Path, command: str) -> Path:
     environment = describe_environment()
     (out / "report.json").write_text(json.dumps({**result.to_json(), "environment": environment}, indent=2) + "\n",
                                      encoding="utf-8")
-    fig, (bars, cdf) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (bars, cdf) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"wspace": 0.45})
     colours = {"200 in time": "#2ca02c", "200 late": "#98df8a", "503": "#ff7f0e", "504": "#1f77b4",
                "other 5xx": "#d62728", "4xx": "#9467bd", "lost": "#000000"}
     labels = [r.label for r in result.runs]
@@ -223,7 +223,7 @@ def write_report(result: DeadlineComparison, out: Path, command: str) -> Path:
     bars.set_ylabel("% of requests sent")
     bars.set_title(f"{result.model}: {result.runs[0].offered_rps:.0f} req/s offered "
                    f"({result.factor:g}x capacity)", fontsize=10)
-    bars.legend(fontsize=8, loc="upper right")
+    bars.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for run in result.runs:
         if run.ok_latencies_ms:
             n = len(run.ok_latencies_ms)
