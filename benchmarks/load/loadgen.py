@@ -271,7 +271,8 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
 
     Latency runs from each request's scheduled arrival, whatever delayed its sending. After the
     last window no new arrivals are scheduled; those already scheduled get `drain_s` to be answered,
-    then count as failed (status NO_RESPONSE).
+    then count as failed (status NO_RESPONSE). `stamp`: more headers per request from its scheduled
+    arrival (a client's deadline, benchmarks/reliability/deadlines.py).
     """
     if rate <= 0:
         raise BenchmarkError(f"open-loop rate must be > 0, got {rate}")
