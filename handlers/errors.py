@@ -47,3 +47,10 @@ class ConfigError(HandlerError):
     """The archive's handler settings are wrong: the model must not load."""
 
     kind = "ConfigError"
+
+
+class DeadlineExceeded(HandlerError):
+    """The request's deadline passed before the model ran: that request alone gets a 504, not computed."""
+
+    status = 504
+    kind = "DeadlineExceeded"

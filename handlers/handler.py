@@ -4,7 +4,8 @@ settings -> runtime (threads, precision, graph) -> per-request decode -> batched
 The family named in the archive's settings (handlers/families/) supplies what depends on the
 model's inputs and outputs. Each request is validated on its own: a bad one gets its own 4xx
 through ``context.set_response_status(code, message, idx)`` and its batch-mates are answered
-normally; an error no check foresaw is that request's 500, logged with its traceback. A KServe
+normally; an error no check foresaw is that request's 500, logged with its traceback. A request
+whose deadline (handlers/deadlines.py) has passed gets its 504 without being computed. A KServe
 v1 / Open Inference Protocol v2 request (handlers/kserve.py) adds one item per instance to the
 batch's forward pass and is answered in its own protocol.
 """
@@ -20,6 +21,8 @@ from typing import Any, Optional
 import torch
 
 from handlers import frontend, kserve, plan, runtime
+from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
+from handlers.deadlines import read as read_deadlines
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
@@ -30,7 +33,7 @@ from handlers.openai.errors import OpenAIError, error_body
 from handlers.profiling import make_profiler, region
 from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
-from handlers.stage_metrics import StageClock, emit, emit_cache
+from handlers.stage_metrics import StageClock, emit, emit_cache, emit_deadlines
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,7 @@ class Handler:
         self.decode_pool = None
         self.generation = None  # a generative family's service (handlers/generation/serving.py)
         self.response_cache = None  # handlers/response_cache.py, when the archive's settings turn it on
+        self.service_time = ServiceTime()  # what a request's remaining budget must cover (handlers/deadlines.py)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize(self, context) -> None:
@@ -103,6 +107,8 @@ class Handler:
                                   f"TorchServe 0.12 ({workers} started): set minWorkers=maxWorkers=1 and raise "
                                   "batchSize (sequences per step) instead")
             self.generation = generation_service(self, model_dir, continuous, asynchronous)
+        if self.family.generates and rt.deadline_ms:
+            raise ConfigError("runtime.deadline_ms: deadlines apply to request/response families only (remove it)")
         if self.settings.response_cache.enabled:
             if self.family.generates:
                 raise ConfigError("response_cache: not available for generating families yet (remove the section)")
@@ -190,20 +196,33 @@ class Handler:
             return answers
         clock = StageClock()
         results: list[Optional[bytes]] = [None] * len(data)
-        keys, todo, same_as = self._cached(data, context, results)
+        refused: dict[int, HandlerError] = {}
+        deadlines, malformed = read_deadlines(lambda idx: _headers(context, idx), len(data),
+                                              self.settings.runtime.deadline_ms)
+        self._refuse(context, results, refused, malformed)
+        keys, todo, same_as = self._cached(data, context, results, [i for i in range(len(data)) if i not in refused])
+        # A cached answer costs nothing and goes out whatever its deadline; the rest need time for a batch.
+        expired = deadlines.expire(todo, BEFORE_DECODE, self.service_time)
+        self._refuse(context, results, refused, expired)
+        todo = [idx for idx in todo if idx not in expired]
         # Per accepted request: (its index, its envelope or None, where its items start, how many).
         spans: list[tuple[int, Optional[kserve.Envelope], int, int]] = []
         items: list[Any] = []
 
         started = clock.start()
         with region(self.profiler, "preprocess"):
-            refused: dict[int, HandlerError] = {}
+            accepted = []
             for idx, outcome in zip(todo, self.decode_all(data, context, todo)):
                 if isinstance(outcome, HandlerError):
                     refused[idx] = outcome
                     results[idx] = self.reject(context, idx, outcome)
                 else:
-                    envelope, decoded = outcome
+                    accepted.append((idx, outcome))
+            # Decoding the batch may have used up a request's budget: it leaves the batch uncomputed.
+            expired = deadlines.expire((idx for idx, _ in accepted), BEFORE_INFERENCE, self.service_time)
+            self._refuse(context, results, refused, expired)
+            for idx, (envelope, decoded) in accepted:
+                if idx not in expired:
                     spans.append((idx, envelope, len(items), len(decoded)))
                     items.extend(decoded)
             inputs = self.family.collate(items) if items else None
@@ -226,19 +245,30 @@ class Handler:
                 results[idx] = self.encode(context, idx, [], envelope)
         if self.response_cache is not None:
             self._remember(context, keys, same_as, results, refused)
+        deadlines.count_late(idx for idx, _, _, _ in spans)
+        if items:
+            self.service_time.update(clock.elapsed_ms)
         emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
+        emit_deadlines(getattr(context, "metrics", None), self.model_name, deadlines)
         if self.profiler is not None:
             self.profiler.step()
         return results
 
+    def _refuse(self, context, results: list[Optional[bytes]], refused: dict[int, HandlerError],
+                errors: dict[int, HandlerError]) -> None:
+        for idx, err in errors.items():
+            refused[idx] = err
+            results[idx] = self.reject(context, idx, err)
+
     # ---- the response cache -----------------------------------------------------------------
-    def _cached(self, data: list[Any], context, results: list[Optional[bytes]]):
-        """Answer the requests the cache has; returns each cacheable request's key, the indices still
-        to compute, and for each repeat in the batch the index of the first like it (computed once)."""
+    def _cached(self, data: list[Any], context, results: list[Optional[bytes]], live: list[int]):
+        """Answer the requests (among `live`) the cache has; returns each cacheable request's key, the
+        indices still to compute, and for each repeat in the batch the index of the first like it
+        (computed once: a repeat shares the first one's fate, a 504 included)."""
         if self.response_cache is None:
-            return {}, list(range(len(data))), {}
+            return {}, live, {}
         keys = {}
-        for idx in range(len(data)):
+        for idx in live:
             headers = _headers(context, idx)
             no_cache = "no-cache" in (kserve.header(headers, "cache-control") or "").lower()
             other_route = kserve.from_kserve_route(headers) or routes.is_openai(openai_envelope.url_path(headers))
@@ -246,7 +276,7 @@ class Handler:
                 keys[idx] = request_key(self.model_name, self.version, self.settings.variant,
                                         request_body(data[idx]), _content_type(context, idx))
         todo = []
-        for idx in range(len(data)):
+        for idx in live:
             answer = self.response_cache.get(keys[idx]) if idx in keys else None
             if answer is None:
                 todo.append(idx)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from handlers.deadlines import MAX_TIMEOUT_MS
 from handlers.errors import ConfigError
 from handlers.families import family_class
 from handlers.response_cache import ResponseCacheSettings
@@ -83,6 +84,9 @@ class RuntimeSettings:
     warmup: bool = True
     freeze_heap: bool = True  # gc.freeze() after start-up: full collections skip the model's objects
     cudnn_benchmark: bool = True
+    # A request's answer is due this many ms after it arrived, else it is answered 504 without being
+    # computed (handlers/deadlines.py); 0: no deadline. A request's X-Request-Timeout-Ms replaces it.
+    deadline_ms: int = 0
 
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:
@@ -91,6 +95,8 @@ class RuntimeSettings:
             raise ConfigError(f"runtime.preprocess_threads: must be >= 1 or null, got {self.preprocess_threads}")
         if self.interop_threads < 1:
             raise ConfigError(f"runtime.interop_threads: must be >= 1, got {self.interop_threads}")
+        if not 0 <= self.deadline_ms <= MAX_TIMEOUT_MS:
+            raise ConfigError(f"runtime.deadline_ms: must be 0 (no deadline) .. {MAX_TIMEOUT_MS}, got {self.deadline_ms}")
 
 
 @dataclass(frozen=True)

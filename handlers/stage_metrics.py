@@ -13,6 +13,8 @@ STAGES = ("preprocess", "inference", "postprocess")
 STAGE_METRIC = {stage: f"Handler{stage.capitalize()}Ms" for stage in STAGES}
 BATCHES_METRIC = "HandlerBatches"
 ITEMS_METRIC = "HandlerItems"
+DEADLINE_EXPIRED_METRIC = "HandlerDeadlineExpired"
+DEADLINE_LATE_METRIC = "HandlerDeadlineLate"
 
 
 @dataclass
@@ -63,3 +65,22 @@ def emit_cache(metrics, model_name: str, cache) -> None:
     metrics.add_metric("ResponseCacheBytes", cache.nbytes, "Bytes",
                        dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model")],
                        metric_type=MetricTypes.GAUGE)
+
+
+def emit_deadlines(metrics, model_name: str, deadlines) -> None:
+    """Requests answered 504 because their deadline passed (per stage: not decoded, or decoded but not
+    computed) and requests computed but answered after their deadline; only what happened is sent."""
+    if metrics is None or not (deadlines.expired or deadlines.late):
+        return
+    from ts.metrics.dimension import Dimension
+    from ts.metrics.metric_type_enum import MetricTypes
+
+    for stage, count in deadlines.expired.items():
+        metrics.add_metric(DEADLINE_EXPIRED_METRIC, count, "Count",
+                           dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model"),
+                                       Dimension("Stage", stage)],
+                           metric_type=MetricTypes.COUNTER)
+    if deadlines.late:
+        metrics.add_metric(DEADLINE_LATE_METRIC, deadlines.late, "Count",
+                           dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model")],
+                           metric_type=MetricTypes.COUNTER)

@@ -17,7 +17,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 from urllib.parse import urlsplit
@@ -28,6 +28,8 @@ from serving.errors import BenchmarkError
 
 Probe = Callable[[], Any]
 Progress = Callable[[str], None]
+# More request headers from a request's intended send time (time.perf_counter()): a client's deadline, say.
+Stamp = Callable[[float], Mapping[str, str]]
 # A request that starts more than this after its intended time counts as sent late.
 LATE_S = 0.010
 
@@ -71,7 +73,7 @@ class Connection:
         self._aborted = False
         self._headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
 
-    def post(self, payload: Payload) -> int:
+    def post(self, payload: Payload, extra: Optional[Mapping[str, str]] = None) -> int:
         """The HTTP status, or NO_RESPONSE. A stale keep-alive connection is retried once."""
         for attempt in (0, 1):
             reused = self._conn is not None
@@ -79,7 +81,7 @@ class Connection:
                 if self._conn is None:
                     self._conn = http.client.HTTPConnection(self.target.host, self.target.port,
                                                             timeout=self.target.timeout_s)
-                headers = {**self._headers, **dict(payload.headers), "Content-Type": payload.content_type}
+                headers = {**self._headers, **dict(payload.headers), **(extra or {}), "Content-Type": payload.content_type}
                 self._conn.request("POST", payload.path or self.target.path, payload.body, headers)
                 response = self._conn.getresponse()
                 response.read()
@@ -264,12 +266,13 @@ def closed_loop(target: Target, payloads: Sequence[Payload], concurrency: int, r
 
 def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: StabilityRule, window_s: float,
               connections: int = 64, seed: int = 0, drain_s: float = 30.0, probe: Probe = _nothing,
-              progress: Progress = print) -> LoadResult:
+              progress: Progress = print, stamp: Optional[Stamp] = None) -> LoadResult:
     """Poisson arrivals at `rate` req/s, sent by up to `connections` concurrent clients.
 
     Latency runs from each request's scheduled arrival, whatever delayed its sending. After the
     last window no new arrivals are scheduled; those already scheduled get `drain_s` to be answered,
-    then count as failed (status NO_RESPONSE).
+    then count as failed (status NO_RESPONSE). `stamp`: more headers per request from its scheduled
+    arrival (a client's deadline, benchmarks/reliability/deadlines.py).
     """
     if rate <= 0:
         raise BenchmarkError(f"open-loop rate must be > 0, got {rate}")
@@ -306,7 +309,7 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
                 with lock:
                     busy[0] += 1
                     busy[1] = max(busy)
-                status = conn.post(payload)
+                status = conn.post(payload, None if stamp is None else stamp(intended))
                 samples.append(Sample(intended, sent, time.perf_counter(), status, payload.tag))
                 with lock:
                     busy[0] -= 1

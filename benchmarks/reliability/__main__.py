@@ -6,10 +6,13 @@ Three servers, each through the launcher (temp dir, free loopback ports, always 
    (each model gets its family's cases), a worker SIGKILLed under load, the secrets scan;
 2. one model (--model, default the catalogue's first) on a small job queue (job_queue_size written
    into that server's config): overload at 3x its measured capacity;
-3. the model API on (this fault test server only): broken archives next to that model, healthy.
-The figures go to benchmarks/reports/reliability-<time>/ (summary.json, table.txt, soak.png).
+3. that model on the shipped job queue (100): 2x its capacity without deadlines, then with a budget of
+   2x its SLO on every request (benchmarks/reliability/deadlines.py);
+4. the model API on (this fault test server only): broken archives next to that model, healthy.
+The figures go to benchmarks/reports/reliability-<time>/ (summary.json, table.txt, soak.png,
+deadlines/).
 
-    python -m benchmarks.reliability [--soak-minutes 1] [--overload-seconds 15]
+    python -m benchmarks.reliability [--soak-minutes 1] [--overload-seconds 15] [--deadline-seconds 20]
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.load.traffic import capacity, say
-from benchmarks.reliability import badinput, faults, overload, security, soak
+from benchmarks.reliability import badinput, deadlines, faults, overload, security, soak
 from benchmarks.reliability.findings import Findings, table
 from build.catalogue import Catalogue
 from serving.errors import LauncherError
@@ -41,13 +44,13 @@ def attempt(errors: list[str], name: str, step: Callable):
 
 
 def run(store: Path, out: Path, model: str, soak_minutes: float, overload_seconds: float,
-        job_queue_size: int) -> tuple[Findings, list[str]]:
+        job_queue_size: int, deadline_seconds: float = 20.0) -> tuple[Findings, list[str]]:
     """All checks (the soak, kill, overload and broken-archive ones on `model`, the corpus on every
     model); also the servers' keys, to prove afterwards that no report holds one."""
     errors: list[str] = []
     checks: list[security.Check] = list(security.weights_checks())
     keys: list[str] = []
-    corpus = kill = soaked = loaded = None
+    corpus = kill = soaked = loaded = compared = None
 
     def main_server():
         nonlocal corpus, kill, soaked
@@ -70,16 +73,26 @@ def run(store: Path, out: Path, model: str, soak_minutes: float, overload_second
             loaded = overload.overload(ts, model, capacity(ts, model), 3.0, overload_seconds)
             checks.extend(security.secrets_checks(ts))
 
+    def deadline_server():
+        nonlocal compared
+        props = {"job_queue_size": str(deadlines.JOB_QUEUE_SIZE), **soak.soak_vmargs()}
+        with TorchServe(store, load=(model,), extra_properties=props) as ts:
+            keys.extend([ts.tokens.inference, ts.tokens.management, ts.tokens.api])
+            compared = deadlines.compare(ts, model, capacity(ts, model), 2.0, deadline_seconds)
+        deadlines.write_report(compared, out / "deadlines", "make reliability")
+
     attempt(errors, "main server", main_server)
     attempt(errors, "overload", overload_server)
+    if deadline_seconds > 0:
+        attempt(errors, "overload with deadlines", deadline_server)
     archives = attempt(errors, "broken archives", lambda: faults.broken_archives(store, model))
-    return Findings(corpus, kill, archives, loaded, soaked, tuple(checks), tuple(errors)), keys
+    return Findings(corpus, kill, archives, loaded, soaked, compared, tuple(checks), tuple(errors)), keys
 
 
 def write(findings: Findings, out: Path, keys: Sequence[str]) -> str:
     text = table(findings.rows())
     summaries = [r.summary() for r in (findings.corpus, findings.kill, findings.archives, findings.overload,
-                                      findings.soak) if r is not None]
+                                      findings.soak, findings.deadline_overload) if r is not None]
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.txt").write_text(text + "\n", encoding="utf-8")
     (out / "summary.json").write_text(json.dumps({
@@ -98,6 +111,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "--minutes 10 for the long one)")
     parser.add_argument("--overload-seconds", type=float, default=15.0)
     parser.add_argument("--job-queue-size", type=int, default=16, help="the overload server's job_queue_size")
+    parser.add_argument("--deadline-seconds", type=float, default=20.0, help="each run of the overload with and "
+                        "without deadlines (0: skip it)")
     parser.add_argument("--model-store", type=Path, default=MODEL_STORE)
     parser.add_argument("--model", default=None, help="the soak, kill, overload and broken-archive checks' model "
                         "(default: the catalogue's first); the corpus goes to every model")
@@ -106,7 +121,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = args.out or REPORTS / time.strftime("reliability-%Y%m%d-%H%M%S")
     began = time.monotonic()
     model = args.model or Catalogue.load(CATALOGUE).names[0]
-    findings, keys = run(args.model_store, out, model, args.soak_minutes, args.overload_seconds, args.job_queue_size)
+    findings, keys = run(args.model_store, out, model, args.soak_minutes, args.overload_seconds, args.job_queue_size,
+                         args.deadline_seconds)
     print(write(findings, out, keys))
     for problem in findings.problems:
         print(f"  FAIL {problem}")

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from benchmarks.load import stats
 from benchmarks.load.traffic import Traffic
-from benchmarks.reliability import badinput, faults, overload, security, soak
+from benchmarks.reliability import badinput, deadlines, faults, overload, security, soak
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Findings:
     archives: Optional[faults.BrokenArchivesResult] = None
     overload: Optional[overload.OverloadResult] = None
     soak: Optional[soak.SoakResult] = None
+    deadline_overload: Optional[deadlines.DeadlineComparison] = None
     checks: tuple[security.Check, ...] = ()
     errors: tuple[str, ...] = ()  # checks that could not run at all
 
@@ -54,6 +56,13 @@ class Findings:
             rows += [Row("overload 503s (queue full)", f"{o.rejected_503} of {o.traffic.sent}", o.passed),
                      Row("overload accepted latency (p99 bound)", f"{o.accepted_tail} ({o.p99_bound_ms:.0f} ms)",
                          o.passed)]
+        if self.deadline_overload:
+            d = self.deadline_overload
+            without, with_ = d.runs
+            rows += [Row(f"2x overload, answered within {d.budget_ms} ms (no deadline -> deadline)",
+                         f"{without.in_time_share:.0%} -> {with_.in_time_share:.0%}", d.passed),
+                     Row("2x overload, tail of the 200s (no deadline -> deadline)",
+                         f"{stats.tail_text(without.answered, 0)} -> {stats.tail_text(with_.answered, 0)}", d.passed)]
         if self.soak:
             s = self.soak
             rows += [Row("soak requests ok", f"{s.traffic.ok}/{s.traffic.sent} in {s.minutes:g} min", s.passed),
@@ -72,14 +81,15 @@ class Findings:
 
     def traffic(self) -> Traffic:
         total = Traffic()
-        for result in (self.corpus, self.kill, self.archives, self.overload, self.soak):
+        for result in (self.corpus, self.kill, self.archives, self.overload, self.soak, self.deadline_overload):
             if result is not None:
                 total = total + result.traffic
         return total
 
     @property
     def problems(self) -> tuple[str, ...]:
-        out = [p for r in (self.corpus, self.kill, self.archives, self.overload, self.soak) if r for p in r.problems]
+        out = [p for r in (self.corpus, self.kill, self.archives, self.overload, self.soak, self.deadline_overload)
+               if r for p in r.problems]
         return tuple(out) + tuple(c.line() for c in self.checks if not c.passed) + self.errors
 
     @property

@@ -124,3 +124,45 @@ def test_soak_server_keeps_the_configs_vmargs_and_adds_its_heap_settings(tmp_pat
     assert soak_vmargs(config) == {"vmargs": "-Xms2g -XX:+AlwaysPreTouch"}
     config.write_text("inference_address=http://127.0.0.1:8080\n")
     assert soak_vmargs(config) == {"vmargs": "-Xms512m -XX:+AlwaysPreTouch"}
+
+
+def test_deadline_overload_sorts_every_request_into_one_outcome():
+    from benchmarks.reliability.deadlines import OUTCOMES, outcomes
+
+    done = [Sample(0.0, 0.0, 0.05, 200), Sample(0.0, 0.0, 0.5, 200), Sample(0.0, 0.0, 0.01, 503),
+            Sample(0.0, 0.0, 0.2, 504), Sample(0.0, 0.0, 0.2, 500), Sample(0.0, 0.0, 0.2, 400),
+            Sample(0.0, 0.0, 60.0, NO_RESPONSE)]
+    counted = outcomes(done, budget_ms=100)
+    assert counted == dict(zip(OUTCOMES, [1, 1, 1, 1, 1, 1, 1]))
+
+
+def test_deadline_stamp_sends_the_budget_and_the_intended_send_time():
+    import time
+
+    from benchmarks.reliability.deadlines import deadline_stamp
+    from handlers.deadlines import START_HEADER, TIMEOUT_HEADER
+
+    intended = time.perf_counter() - 0.5  # meant to go half a second ago
+    headers = deadline_stamp(200)(intended)
+    assert headers[TIMEOUT_HEADER] == "200"
+    assert abs(int(headers[START_HEADER]) - (time.time() - 0.5) * 1000) < 50
+
+
+def test_deadline_overload_rows_and_verdicts():
+    from benchmarks.reliability.deadlines import OUTCOMES, DeadlineComparison, RunFigures
+
+    def run(label, counts):
+        outcomes = MappingProxyType(dict(zip(OUTCOMES, counts)))
+        sent = sum(counts)
+        return RunFigures(label, label == "deadline", 80.0, 20.0, Traffic(sent, sent - counts[-1], counts[0] + counts[1]),
+                          outcomes, None, 0.0, ())
+
+    good = DeadlineComparison("m", 100.0, 200, 40.0, 2.0, 100, 3,
+                              (run("no deadline", [5, 795, 800, 0, 0, 0, 0]), run("deadline", [700, 100, 0, 800, 0, 0, 0])),
+                              0.0)
+    assert good.passed and "answered within 200 ms" in table(Findings(deadline_overload=good).rows())
+    assert "0% -> 44%" in table(Findings(deadline_overload=good).rows())
+    bad = DeadlineComparison("m", 100.0, 200, 40.0, 2.0, 100, 3,
+                             (run("no deadline", [5, 795, 790, 10, 0, 0, 0]), run("deadline", [700, 100, 0, 790, 9, 0, 1])),
+                             0.0)
+    assert len(bad.problems) == 3 and not Findings(deadline_overload=bad).passed
