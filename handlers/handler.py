@@ -12,6 +12,7 @@ batch's forward pass and is answered in its own protocol.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 
-from handlers import frontend, kserve, plan, runtime
+from handlers import frontend, kserve, plan, runtime, tracing
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
@@ -66,6 +67,7 @@ class Handler:
         self.decode_pool = None
         self.generation = None  # a generative family's service (handlers/generation/serving.py)
         self.response_cache = None  # handlers/response_cache.py, when the archive's settings turn it on
+        self.tracing = None  # handlers/tracing.py, when the environment or the archive's settings turn it on
 
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize(self, context) -> None:
@@ -108,6 +110,9 @@ class Handler:
                 raise ConfigError("response_cache: not available for generating families yet (remove the section)")
             self.response_cache = ResponseCache(self.settings.response_cache)
         self.version = _model_version(context)
+        if not self.family.generates:  # generation answers step by step, outside the stage clock
+            self.tracing = tracing.make_tracing(tracing.TracingConfig.from_settings(rt.tracing, os.environ),
+                                                self.model_name, self.version)
         if rt.warmup:
             warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
             runtime.warm_up(warm, self.max_batch_size)
@@ -206,6 +211,7 @@ class Handler:
                     envelope, decoded = outcome
                     spans.append((idx, envelope, len(items), len(decoded)))
                     items.extend(decoded)
+            clock.stop("decode", started)
             inputs = self.family.collate(items) if items else None
         clock.stop("preprocess", started)
 
@@ -227,6 +233,8 @@ class Handler:
         if self.response_cache is not None:
             self._remember(context, keys, same_as, results, refused)
         emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
+        if self.tracing is not None:
+            self.tracing.record_batch(context, len(data), [idx for idx, *_ in spans], refused, clock.marks, len(items))
         if self.profiler is not None:
             self.profiler.step()
         return results

@@ -83,6 +83,9 @@ class RuntimeSettings:
     warmup: bool = True
     freeze_heap: bool = True  # gc.freeze() after start-up: full collections skip the model's objects
     cudnn_benchmark: bool = True
+    # OpenTelemetry spans per request (handlers/tracing.py): null follows the worker's environment
+    # (on when OTEL_EXPORTER_OTLP_ENDPOINT is set), true/false force it on/off for this archive.
+    tracing: Optional[bool] = None
 
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:

@@ -17,15 +17,22 @@ ITEMS_METRIC = "HandlerItems"
 
 @dataclass
 class StageClock:
-    """Times the stages of one batch."""
+    """Times the stages of one batch: each stage's (start, end) on time.perf_counter(). The ends,
+    not only the lengths, so that traces (handlers/tracing.py) can be made from them afterwards.
+    A stage that is not a metric (``decode``, the first part of ``preprocess``) is kept for traces only."""
 
-    elapsed_ms: dict[str, float] = field(default_factory=dict)
+    marks: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def start(self) -> float:
         return time.perf_counter()
 
     def stop(self, stage: str, started: float) -> None:
-        self.elapsed_ms[stage] = (time.perf_counter() - started) * 1000.0
+        self.marks[stage] = (started, time.perf_counter())
+
+    @property
+    def elapsed_ms(self) -> dict[str, float]:
+        """Milliseconds per metric stage."""
+        return {stage: (end - start) * 1000.0 for stage, (start, end) in self.marks.items() if stage in STAGE_METRIC}
 
 
 def emit(metrics, model_name: str, clock: StageClock, batch_size: int) -> None:
