@@ -92,7 +92,7 @@ def test_the_vendored_crd_is_made_strict() -> None:
 @pytest.mark.parametrize("path, value, where", [
     (("spec", "containers", 0, "ports", 0), {"name": "http1", "containerPorts": 8085}, "spec.containers.0.ports.0"),
     (("spec", "containers", 0, "args"), "torchserve --foreground", "spec.containers.0.args"),
-    (("spec", "supportedModelFormats", 0), {"name": "torchserve-mar", "priority": 0}, "supportedModelFormats.0.priority"),
+    (("spec", "supportedModelFormats", 0), {"name": "torchserve-mar", "priority": 0}, "spec.supportedModelFormats.0.priority"),
     (("spec", "multiModels"), False, "spec"),
     (("metadata", "name"), "Torchserve_Runtime", "metadata.name"),
     (("kind",), "ClusterServingRuntimes", "kind"),
