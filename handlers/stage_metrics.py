@@ -17,22 +17,35 @@ ITEMS_METRIC = "HandlerItems"
 
 @dataclass
 class StageClock:
-    """Times the stages of one batch: each stage's (start, end) on time.perf_counter(). The ends,
-    not only the lengths, so that traces (handlers/tracing.py) can be made from them afterwards.
-    A stage that is not a metric (``decode``, the first part of ``preprocess``) is kept for traces only."""
+    """Times the stages of one batch."""
 
-    marks: dict[str, tuple[float, float]] = field(default_factory=dict)
+    elapsed_ms: dict[str, float] = field(default_factory=dict)
 
     def start(self) -> float:
         return time.perf_counter()
 
     def stop(self, stage: str, started: float) -> None:
-        self.marks[stage] = (started, time.perf_counter())
+        self.elapsed_ms[stage] = (time.perf_counter() - started) * 1000.0
 
-    @property
-    def elapsed_ms(self) -> dict[str, float]:
-        """Milliseconds per metric stage."""
-        return {stage: (end - start) * 1000.0 for stage, (start, end) in self.marks.items() if stage in STAGE_METRIC}
+    def mark(self, point: str) -> None:
+        """A moment inside a stage that only traces use: nothing to do for the metrics."""
+
+
+@dataclass
+class TracedClock(StageClock):
+    """A StageClock that also keeps each stage's (start, end) and the marked moments, on
+    time.perf_counter(): what handlers/tracing.py makes spans from. Used only while tracing is on."""
+
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    points: dict[str, float] = field(default_factory=dict)
+
+    def stop(self, stage: str, started: float) -> None:
+        now = time.perf_counter()
+        self.elapsed_ms[stage] = (now - started) * 1000.0
+        self.spans[stage] = (started, now)
+
+    def mark(self, point: str) -> None:
+        self.points[point] = time.perf_counter()
 
 
 def emit(metrics, model_name: str, clock: StageClock, batch_size: int) -> None:

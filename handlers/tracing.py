@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from handlers.kserve import header
+from handlers.stage_metrics import TracedClock
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,8 @@ class Tracing:
         self._attributes = {"torchserve.model": model_name, "torchserve.model_version": version}
         self._name = f"{model_name} request"
 
-    def record_batch(self, context, count: int, served: list[int], refused: Mapping[int, Any],
-                     marks: Mapping[str, tuple[float, float]], items: int) -> None:
+    def record_batch(self, context, count: int, served: list[int], refused: Mapping[int, Any], clock: TracedClock,
+                     items: int) -> None:
         """The handler's batch: `served` went through the stages, `refused` maps an index to the
         HandlerError that rejected it after decoding; any other request was answered without stages
         (the response cache, or an identical request of the same batch)."""
@@ -90,16 +91,16 @@ class Tracing:
             requests.append(Request(idx, _request_headers(context, idx), outcome,
                                     err.status if err is not None else 200, err.message if err is not None else ""))
         try:
-            self.record(requests, marks, items)
+            self.record(requests, clock, items)
         except Exception:  # a tracing fault (an exporter's, the SDK's) must never fail the batch it describes
             log.exception("could not record a batch's spans")
 
-    def record(self, requests: list[Request], marks: Mapping[str, tuple[float, float]], items: int) -> None:
-        """One request span per request and its stage children; `marks` are perf_counter (start, end)."""
+    def record(self, requests: list[Request], clock: TracedClock, items: int) -> None:
+        """One request span per request and its stage children, from the clock's perf_counter times."""
         to_ns = _epoch_ns()
-        first = min(start for start, _ in marks.values())
-        last = max(end for _, end in marks.values())
-        stages = _stage_times(marks)
+        first = min(start for start, _ in clock.spans.values())
+        last = max(end for _, end in clock.spans.values())
+        stages = _stage_times(clock)
         batch = {**self._attributes, "torchserve.batch_requests": len(requests), "torchserve.batch_items": items}
         for request in requests:
             parent = self._propagator.extract(_trace_headers(request.headers))
@@ -136,17 +137,18 @@ def _trace_headers(headers: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
-def _stage_times(marks: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-    """The four stage spans from the handler's metric stages and its decode mark."""
-    stages = {}
-    if "decode" in marks:
-        stages["decode"] = marks["decode"]
-        if "inference" in marks:
-            stages["queue-to-batch"] = (marks["decode"][1], marks["inference"][0])
-    if "inference" in marks:
-        stages["inference"] = marks["inference"]
-    if "postprocess" in marks:
-        stages["encode"] = marks["postprocess"]
+def _stage_times(clock: TracedClock) -> dict[str, tuple[float, float]]:
+    """The four stage spans from the handler's metric stages and its `decoded` moment."""
+    spans, stages = clock.spans, {}
+    decoded = clock.points.get("decoded")
+    if decoded is not None and "preprocess" in spans:
+        stages["decode"] = (spans["preprocess"][0], decoded)
+        if "inference" in spans:
+            stages["queue-to-batch"] = (decoded, spans["inference"][0])
+    if "inference" in spans:
+        stages["inference"] = spans["inference"]
+    if "postprocess" in spans:
+        stages["encode"] = spans["postprocess"]
     return stages
 
 
