@@ -12,7 +12,8 @@ collated for the forward pass), inference, encode (post-processing and the answe
 are made after the batch with explicit start and end times, so tracing adds no work inside the
 stages. Exported over OTLP/HTTP by a BatchSpanProcessor (OTEL_BSP_* and OTEL_TRACES_SAMPLER apply).
 
-Off, this module imports nothing of OpenTelemetry and the handler pays one attribute check per batch.
+Off, this module imports nothing of OpenTelemetry and the handler pays one attribute check per batch
+(and a no-op clock.mark): about 45 ns (docs/api.md, tracing).
 """
 
 from __future__ import annotations
