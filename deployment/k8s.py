@@ -48,6 +48,10 @@ def probe_exec(port: int) -> dict[str, Any]:
     return {"exec": {"command": ["python", PROBE, str(port)]}}
 
 
+def security_context() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": UID, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def container(inputs: Inputs) -> dict[str, Any]:
     ports = IMAGE.ports
     return {
@@ -66,8 +70,7 @@ def container(inputs: Inputs) -> dict[str, Any]:
                            "failureThreshold": 3},
         "livenessProbe": {"tcpSocket": {"port": "inference"}, "periodSeconds": 20, "timeoutSeconds": 5,
                           "failureThreshold": 3},
-        "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": security_context(),
     }
 
 

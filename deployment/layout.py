@@ -35,8 +35,8 @@ class Layout:
 # The image: everything baked under HOME.
 IMAGE = Layout(root=HOME, config=f"{HOME}/config.properties", model_store=f"{HOME}/model-store",
                log4j=f"{HOME}/log4j2.xml", ports=Ports(8080, 8081, 8082))
-# KServe mounts the storageUri at /mnt/models; its TorchServe runtime reads these two paths and
-# sends traffic to 8085. Management stays on its own port: KServe never calls it.
+# KServe mounts the storageUri at /mnt/models; our ServingRuntime (deployment/kserve_runtime.py) reads
+# these paths and declares 8085 as its traffic port. Management stays on its own port: KServe never calls it.
 KSERVE = Layout(root="/mnt/models", config="/mnt/models/config/config.properties",
                 model_store="/mnt/models/model-store", log4j="/mnt/models/config/log4j2.xml",
                 ports=Ports(8085, 8081, 8082))

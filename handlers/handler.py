@@ -13,6 +13,7 @@ batch's forward pass and is answered in its own protocol.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, Optional
 
 import torch
 
-from handlers import frontend, kserve, plan, runtime
+from handlers import frontend, kserve, plan, runtime, tracing
 from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
 from handlers.deadlines import read as read_deadlines
 from handlers.encoding import JSON, json_bytes
@@ -33,7 +34,7 @@ from handlers.openai.errors import OpenAIError, error_body
 from handlers.profiling import make_profiler, region
 from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
-from handlers.stage_metrics import StageClock, emit, emit_cache, emit_deadlines
+from handlers.stage_metrics import StageClock, TracedClock, emit, emit_cache, emit_deadlines
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class Handler:
         self.generation = None  # a generative family's service (handlers/generation/serving.py)
         self.response_cache = None  # handlers/response_cache.py, when the archive's settings turn it on
         self.service_time = ServiceTime()  # what a request's remaining budget must cover (handlers/deadlines.py)
+        self.tracing = None  # handlers/tracing.py, when the environment or the archive's settings turn it on
 
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize(self, context) -> None:
@@ -114,6 +116,9 @@ class Handler:
                 raise ConfigError("response_cache: not available for generating families yet (remove the section)")
             self.response_cache = ResponseCache(self.settings.response_cache)
         self.version = _model_version(context)
+        if not self.family.generates:  # generation answers step by step, outside the stage clock
+            self.tracing = tracing.make_tracing(tracing.TracingConfig.from_settings(rt.tracing, os.environ),
+                                                self.model_name, self.version)
         if rt.warmup:
             warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
             runtime.warm_up(warm, self.max_batch_size)
@@ -194,7 +199,8 @@ class Handler:
             if self.profiler is not None:
                 self.profiler.step()  # one decoding step (continuous batching) or one whole batch
             return answers
-        clock = StageClock()
+        tracer = self.tracing  # off: this check and a no-op clock.mark are all that tracing costs a batch
+        clock = StageClock() if tracer is None else TracedClock()
         results: list[Optional[bytes]] = [None] * len(data)
         refused: dict[int, HandlerError] = {}
         deadlines, malformed = read_deadlines(lambda idx: _headers(context, idx), len(data),
@@ -225,6 +231,7 @@ class Handler:
                 if idx not in expired:
                     spans.append((idx, envelope, len(items), len(decoded)))
                     items.extend(decoded)
+            clock.mark("decoded")
             inputs = self.family.collate(items) if items else None
         clock.stop("preprocess", started)
 
@@ -250,6 +257,8 @@ class Handler:
             self.service_time.update(clock.elapsed_ms)
         emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
         emit_deadlines(getattr(context, "metrics", None), self.model_name, deadlines)
+        if tracer is not None:
+            tracer.record_batch(context, len(data), [idx for idx, *_ in spans], refused, clock, len(items))
         if self.profiler is not None:
             self.profiler.step()
         return results

@@ -87,6 +87,9 @@ class RuntimeSettings:
     # A request's answer is due this many ms after it arrived, else it is answered 504 without being
     # computed (handlers/deadlines.py); 0: no deadline. A request's X-Request-Timeout-Ms replaces it.
     deadline_ms: int = 0
+    # OpenTelemetry spans per request (handlers/tracing.py): null follows the worker's environment
+    # (on when OTEL_EXPORTER_OTLP_ENDPOINT is set), true/false force it on/off for this archive.
+    tracing: Optional[bool] = None
 
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:

@@ -29,6 +29,26 @@ class StageClock:
     def stop(self, stage: str, started: float) -> None:
         self.elapsed_ms[stage] = (time.perf_counter() - started) * 1000.0
 
+    def mark(self, point: str) -> None:
+        """A moment inside a stage that only traces use: nothing to do for the metrics."""
+
+
+@dataclass
+class TracedClock(StageClock):
+    """A StageClock that also keeps each stage's (start, end) and the marked moments, on
+    time.perf_counter(): what handlers/tracing.py makes spans from. Used only while tracing is on."""
+
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    points: dict[str, float] = field(default_factory=dict)
+
+    def stop(self, stage: str, started: float) -> None:
+        now = time.perf_counter()
+        self.elapsed_ms[stage] = (now - started) * 1000.0
+        self.spans[stage] = (started, now)
+
+    def mark(self, point: str) -> None:
+        self.points[point] = time.perf_counter()
+
 
 def emit(metrics, model_name: str, clock: StageClock, batch_size: int) -> None:
     """Send one batch's figures; ``metrics`` is TorchServe's context.metrics (None in bare use)."""

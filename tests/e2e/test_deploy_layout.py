@@ -1,6 +1,7 @@
-"""deploy/ as it would run: TorchServe started with the image's ENTRYPOINT argv and with the argv
-KServe's predictor runs over the exported model-root/, both from freshly generated files, serving
-/predictions/<m> for every model of the mix plus KServe v1 and Open Inference Protocol v2 calls."""
+"""deploy/ as it would run: TorchServe started with the image's ENTRYPOINT argv and with the args of
+our KServe ServingRuntime's container over the exported model-root/, both from freshly generated
+files, serving /predictions/<m> for every model of the mix plus KServe v1 and Open Inference
+Protocol v2 calls."""
 
 from __future__ import annotations
 
@@ -102,8 +103,14 @@ def test_image_entrypoint(deploy_dir: Path, model_store: Path, cat_png: Path) ->
 
 
 def test_kserve_layout(deploy_dir: Path, cat_png: Path) -> None:
+    """TorchServe started with exactly the container args our ServingRuntime holds, over a copy of
+    model-root/ where KServe would mount it (/mnt/models moved to a temp folder)."""
     isvc = yaml.safe_load((deploy_dir / "kserve/inferenceservice.yaml").read_text())
-    model = isvc["spec"]["predictor"]["model"]
+    runtime = yaml.safe_load((deploy_dir / "kserve/servingruntime.yaml").read_text())
+    assert isvc["spec"]["predictor"]["model"]["runtime"] == runtime["metadata"]["name"]
+    (container,) = [c for c in runtime["spec"]["containers"] if c["name"] == "kserve-container"]
+    # command is the image's init (tini), as in the Dockerfile; the args are the server's argv.
+    assert container["command"] == list(INIT)
     root = temp_root("deploy-kserve-")
     try:
         # KServe mounts the uploaded model-root/ at /mnt/models.
@@ -112,10 +119,11 @@ def test_kserve_layout(deploy_dir: Path, cat_png: Path) -> None:
         source = config_path.with_suffix(".source")
         config_path.rename(source)
         config = rewrite_config(source, config_path, KSERVE.root, root)
-        argv = [a.replace(KSERVE.root, str(root)) for a in [*model["command"], *model["args"]]]
+        argv = [a.replace(KSERVE.root, str(root)) for a in container["args"]]
+        assert argv[:2] == ["torchserve", "--foreground"] and argv[-1] == "--ncs"
         assert argv[argv.index("--model-store") + 1] == f"{root}/model-store"
         assert argv[argv.index("--ts-config") + 1] == str(config_path)
-        env = {e["name"]: e["value"].replace(KSERVE.root, str(root)) for e in model["env"]}
+        env = {e["name"]: e["value"].replace(KSERVE.root, str(root)) for e in container["env"]}
         assert env["TS_CONFIG_FILE"] == str(config_path)
         with EntrypointServer(argv, root, config, env, models=tuple(mix_record().shares)) as server:
             check_serving(server, cat_png)

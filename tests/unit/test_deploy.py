@@ -63,6 +63,7 @@ def test_generated_files_validate(fake_repo: Path, tmp_path: Path) -> None:
     ("k8s/deployment.yaml", "periodSeconds: 20", "periodSecond: 20", "livenessProbe"),
     ("k8s/hpa.yaml", "minReplicas:", "minReplica:", "spec"),
     ("kserve/inferenceservice.yaml", "storageUri:", "storageUrl:", "spec.predictor.model"),
+    ("kserve/servingruntime.yaml", "containerPort:", "containerPorts:", "spec.containers.0.ports.0"),
 ])
 def test_validator_catches_a_misspelt_field(fake_repo, tmp_path, path, before, after, where) -> None:
     out = tmp_path / "deploy"
