@@ -25,6 +25,7 @@ What the frontend does with a call (its InferenceImpl, GRPCInterceptor and GRPCJ
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ MAX_MESSAGE_BYTES = 20 * 1024 * 1024
 # The frontend appends this line to a handler's message in the status details (augmentDescription).
 FRONTEND_EXCEPTION = "org.pytorch.serve.http.InternalServerException"
 INPUT_NAME = "data"
+# A Java exception's class name (`BadRequestException.()` is how the frontend writes some).
+_JAVA_CLASS = re.compile(r"^([a-z_][\w$]*\.)*[A-Z][\w$]*Exception(\.\(\))?$")
 
 
 def encode(body: Body) -> bytes:
@@ -53,10 +56,12 @@ def encode(body: Body) -> bytes:
 
 
 def handler_message(err: grpc.RpcError) -> str:
-    """The handler's (or the frontend's) message of a failed call, without the frontend's class line."""
+    """The handler's (or the frontend's) message of a failed call, without the Java exception line
+    the frontend appends to it (FRONTEND_EXCEPTION for a handler's status, the frontend's own
+    exception class for its refusals: ModelNotFoundException, ...)."""
     details = err.details() or ""
-    lines = details.split("\n")
-    return "\n".join(lines[:-1]) if len(lines) > 1 and lines[-1].strip() == FRONTEND_EXCEPTION else details
+    message, _, last = details.rpartition("\n")
+    return message if message and _JAVA_CLASS.match(last.strip()) else details
 
 
 class GrpcClient:
