@@ -32,7 +32,7 @@ def grpc_body(family: str, body: bytes, content_type: str) -> bytes:
     if cls.input_kind == "text" and media == JSON:
         try:
             text = json.loads(bytes(body).decode("utf-8"))["text"]
-        except (ValueError, KeyError, TypeError) as err:
+        except (ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: nested past Python's limit
             raise ValueError(f"{family}: a JSON body goes over gRPC as its \"text\" alone; this one has none ({err})") from None
         if isinstance(text, str):
             return text.encode("utf-8")

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from serving.grpc_client import encode, handler_message
+from serving.grpc_client import HandlerRefused, encode, grpc_code, handler_message, refusal
 from serving.grpc_forms import grpc_body
 from serving.grpc_stubs import PROTO, SERVICES, generate, stubs_folder
 from serving.ts_config import ServerConfig
@@ -110,3 +110,23 @@ class _Failed(grpc.RpcError):
 ])
 def test_the_handlers_message_without_the_frontends_class_line(details, message):
     assert handler_message(_Failed(details)) == message
+
+
+def test_the_handlers_error_body_is_raised_with_its_status():
+    refused = refusal(b'{"code":413,"type":"PayloadTooLarge","message":"body is 9 bytes, over the limit of 8"}')
+    assert isinstance(refused, HandlerRefused)
+    assert (refused.status, refused.kind, refused.message) == (413, "PayloadTooLarge", "body is 9 bytes, over the limit of 8")
+    assert refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.parametrize("answer", [b'{"embedding":[0.1]}', b'{"code":200,"type":"x","message":"y"}',
+                                    b'{"code":400,"type":"x","message":"y","more":1}', b'{"code" broken', b"\x89PNG"])
+def test_an_answer_is_not_taken_for_a_refusal(answer):
+    assert refusal(answer) is None
+
+
+@pytest.mark.parametrize(("status", "code"), [(400, grpc.StatusCode.INVALID_ARGUMENT), (404, grpc.StatusCode.NOT_FOUND),
+                                              (415, grpc.StatusCode.FAILED_PRECONDITION), (500, grpc.StatusCode.INTERNAL),
+                                              (503, grpc.StatusCode.UNAVAILABLE), (200, grpc.StatusCode.OK)])
+def test_torchserves_status_mapping(status, code):
+    assert grpc_code(status) == code
