@@ -21,8 +21,13 @@ What the frontend does with a call (its InferenceImpl, GRPCInterceptor and GRPCJ
   status). Errors of the frontend itself (a full queue, an unknown model, a dead worker) are gRPC
   statuses (grpc.RpcError), with a line naming a Java exception class under the message
   (`handler_message` drops it).
-- Predictions answers one message; StreamPredictions one message per chunk the handler sends, and
-  ends on the chunk marked last.
+- Predictions completes on the first response the worker sends; StreamPredictions sends one
+  message per chunk and ends on the chunk marked last. A causal LM therefore streams over gRPC in
+  the asynchronous worker mode only, with `"stream": true` (docs/api.md#grpc has the table): in
+  step mode (continuousBatching) Predictions gets the first step alone and StreamPredictions
+  stalls after its first message, and any answer sent in one piece over StreamPredictions (every
+  non-generating model, a refused request) makes the frontend throw and lose the worker, so
+  stream_predict refuses a body that does not ask for a stream.
 """
 
 from __future__ import annotations
@@ -88,6 +93,14 @@ def refusal(answer: bytes) -> HandlerRefused | None:
     if set(body) != {"code", "type", "message"} or not isinstance(body["code"], int) or body["code"] < 400:
         return None
     return HandlerRefused(body["code"], str(body["type"]), str(body["message"]), answer)
+
+
+def asks_for_stream(data: bytes) -> bool:
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(body, dict) and body.get("stream") is True
 
 
 def encode(body: Body) -> bytes:
@@ -164,9 +177,13 @@ class GrpcClient:
 
     def stream_predict(self, model: str, body: Body, version: str | None = None, *, token: str | None = None,
                        headers: Mapping[str, str] | None = None, timeout_s: float | None = None,
-                       raw: bool = False) -> Iterator[bytes]:
-        """StreamPredictions: each chunk's bytes as it arrives (a causal LM's NDJSON lines, with
-        `"stream": true` in the body). Leaving the loop early cancels the call."""
+                       raw: bool = False, any_body: bool = False) -> Iterator[bytes]:
+        """StreamPredictions: each chunk's bytes as it arrives (a causal LM's NDJSON lines). The body
+        must be JSON with `"stream": true` (ValueError otherwise, before anything is sent):
+        `any_body=True` sends it anyway. Leaving the loop early cancels the call."""
+        if not any_body and not asks_for_stream(encode(body)):
+            raise ValueError('StreamPredictions takes a JSON body with "stream": true: an answer sent in one piece '
+                             "costs the model a worker in TorchServe 0.12 (docs/api.md#grpc); use predict()")
         call = self._stub.StreamPredictions(self._request(model, body, version), metadata=self._metadata(token, headers),
                                             timeout=timeout_s or self.timeout_s)
         try:

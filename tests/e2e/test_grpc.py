@@ -1,10 +1,12 @@
-"""TorchServe 0.12's gRPC inference API (serving/grpc_client.py) against REST on one real server.
+"""TorchServe 0.12's gRPC inference API (serving/grpc_client.py) against REST, on real servers.
 
-Every family's catalogue examples answer the same bytes over gRPC as over REST, each sent in the
-form its family reads without a Content-Type (serving/grpc_forms.py); a request the handler refuses
-gets the gRPC status TorchServe maps its HTTP status to, with the handler's message; a missing or
-wrong key is refused; a streamed generation (StreamPredictions) is the REST stream, message for
-line. And what gRPC does not carry, each shown: the Content-Type, every other header, a 404.
+One server with every model as built (tinylm in step mode), one with tinylm in the asynchronous
+mode. Every family's catalogue examples answer the same bytes over gRPC as over REST, each sent in
+the form its family reads without a Content-Type (serving/grpc_forms.py); a request the handler
+refuses arrives as an OK call carrying the handler's error body (the client raises HandlerRefused);
+a missing or wrong key is refused; a streamed generation in async mode is the REST stream, a line
+per message. And what gRPC cannot do, each shown: carry the Content-Type or any other header, say
+404, generate in step mode, stream an answer sent in one piece without losing the worker.
 """
 
 from __future__ import annotations
@@ -257,9 +259,11 @@ def test_the_one_liner_make_serve_prints_answers_as_rest_does(ts):
 def test_streampredictions_of_a_single_answer_kills_the_worker(ts, client):
     """Last: it costs a worker. A response without `ts_stream_next` (any model that answers once)
     makes GRPCJob.response throw a NullPointerException inside the frontend's worker thread: the
-    call ends INTERNAL "Worker died." and TorchServe starts a new worker. REST is unaffected."""
+    call ends INTERNAL "Worker died." and TorchServe starts a new worker."""
+    with pytest.raises(ValueError, match="stream"):
+        next(client.stream_predict(EMBEDDER, "A man is eating food."))  # the client refuses before sending
     with pytest.raises(grpc.RpcError) as err:
-        list(client.stream_predict(EMBEDDER, "A man is eating food.", timeout_s=30))
+        list(client.stream_predict(EMBEDDER, "A man is eating food.", timeout_s=30, any_body=True))
     assert err.value.code() == grpc.StatusCode.INTERNAL and handler_message(err.value) == "Worker died."
     deadline = time.monotonic() + 90
     while ts.client.ready_workers(EMBEDDER) < 1 and time.monotonic() < deadline:
