@@ -20,7 +20,7 @@ What the frontend does with a call (its InferenceImpl, GRPCInterceptor and GRPCJ
   and raises HandlerRefused (status, message, and the gRPC code TorchServe's own mapping gives the
   status). Errors of the frontend itself (a full queue, an unknown model, a dead worker) are gRPC
   statuses (grpc.RpcError), with a line naming a Java exception class under the message
-  (`handler_message` drops it).
+  (`error_message` drops it).
 - Predictions completes on the first response the worker sends; StreamPredictions sends one
   message per chunk and ends on the chunk marked last. A causal LM therefore streams over gRPC in
   the asynchronous worker mode only, with `"stream": true` (docs/api.md#grpc has the table): in
@@ -40,10 +40,9 @@ from typing import Any
 
 import grpc
 
-from serving.client import Tokens
+from serving.client import Body, Tokens
 from serving.grpc_stubs import load
 
-Body = bytes | str | Mapping[str, Any]
 # The frontend's max_request_size / max_response_size in config.properties (20 MiB): gRPC's own
 # default (4 MiB) would refuse large answers on the client side.
 MAX_MESSAGE_BYTES = 20 * 1024 * 1024
@@ -112,7 +111,7 @@ def encode(body: Body) -> bytes:
     return bytes(body)
 
 
-def handler_message(err: grpc.RpcError) -> str:
+def error_message(err: grpc.RpcError) -> str:
     """The message of a failed call without the Java exception class line the frontend appends."""
     details = err.details() or ""
     message, _, last = details.rpartition("\n")

@@ -23,7 +23,7 @@ import pytest
 from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.reliability.corpus import HANDLER, family_cases
 from build.catalogue import Catalogue
-from serving.grpc_client import GrpcClient, HandlerRefused, handler_message
+from serving.grpc_client import GrpcClient, HandlerRefused, error_message
 from serving.grpc_forms import grpc_body
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, REPO_ROOT
@@ -242,7 +242,7 @@ def test_an_unknown_model_is_internal_over_grpc_where_rest_says_404(ts, client):
     with pytest.raises(grpc.RpcError) as err:
         client.predict("no_such_model", b"x")
     assert err.value.code() == grpc.StatusCode.INTERNAL
-    assert handler_message(err.value) == "Model not found: no_such_model"
+    assert error_message(err.value) == "Model not found: no_such_model"
 
 
 def test_the_one_liner_make_serve_prints_answers_as_rest_does(ts):
@@ -264,7 +264,7 @@ def test_streampredictions_of_a_single_answer_kills_the_worker(ts, client):
         next(client.stream_predict(EMBEDDER, "A man is eating food."))  # the client refuses before sending
     with pytest.raises(grpc.RpcError) as err:
         list(client.stream_predict(EMBEDDER, "A man is eating food.", timeout_s=30, any_body=True))
-    assert err.value.code() == grpc.StatusCode.INTERNAL and handler_message(err.value) == "Worker died."
+    assert err.value.code() == grpc.StatusCode.INTERNAL and error_message(err.value) == "Worker died."
     deadline = time.monotonic() + 90
     while ts.client.ready_workers(EMBEDDER) < 1 and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from serving.grpc_client import HandlerRefused, asks_for_stream, encode, grpc_code, handler_message, refusal
+from serving.grpc_client import HandlerRefused, asks_for_stream, encode, error_message, grpc_code, refusal
 from serving.grpc_forms import grpc_body
 from serving.grpc_stubs import PROTO, SERVICES, generate, stubs_folder
 from serving.ts_config import ServerConfig
@@ -109,7 +109,7 @@ class _Failed(grpc.RpcError):
     ("Token Authorization failed.", "Token Authorization failed."),
 ])
 def test_the_handlers_message_without_the_frontends_class_line(details, message):
-    assert handler_message(_Failed(details)) == message
+    assert error_message(_Failed(details)) == message
 
 
 def test_the_handlers_error_body_is_raised_with_its_status():
