@@ -13,7 +13,7 @@ ARGS   ?=
 
 help:
 	@echo "make serve      build the archives config.properties loads, start TorchServe on 127.0.0.1:8080-8082,"
-	@echo "                print curl lines"
+	@echo "                print curl lines and a gRPC one-liner (127.0.0.1:7070)"
 	@echo "make stop       stop it"
 	@echo "make test       unit + archives + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
 	@echo "make test-unit  tests/unit only: tiny models made on the fly, no build (make test and test-unit lint first)"
@@ -72,6 +72,7 @@ build-serving: $(STAMP)
 # workers find it through the frontend's command line and read their thread plan from it
 # (handlers/frontend.py, handlers/plan.py). An inherited TS_CONFIG_FILE would win over --ts-config: unset.
 # The JVM's console output goes to logs/console.log; the real logs are logs/ts_log.log, model_log.log.
+# serving.serve_wait prints a curl line per model and a Python one-liner for the gRPC API.
 # One shell line, so the Java resolved once serves both --start and the --stop after a failed wait.
 serve: build-serving
 	@mkdir -p logs
@@ -143,5 +144,5 @@ plan: $(STAMP)
 	$(PY) -m deployment --plan $(DEPLOY_ARGS)
 
 clean:
-	rm -rf logs key_file.json .pytest_cache model_store/*.mar model_store/.build-state.json
+	rm -rf logs key_file.json .pytest_cache .grpc_stubs model_store/*.mar model_store/.build-state.json
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +

@@ -133,13 +133,15 @@ class LaunchSpec:
         self, base: ServerConfig, entries: tuple[ModelEntry, ...], ports: tuple[int, ...]
     ) -> dict[str, str]:
         """The server's config.properties: the base's, with the three addresses and both gRPC
-        ports on the given loopback ports, our model_store and models=, then extra_properties."""
+        APIs on the given loopback ports, our model_store and models=, then extra_properties."""
         props = dict(base.properties)
         props.update(
             inference_address=f"http://127.0.0.1:{ports[0]}",
             management_address=f"http://127.0.0.1:{ports[1]}",
             metrics_address=f"http://127.0.0.1:{ports[2]}",
+            grpc_inference_address="127.0.0.1",
             grpc_inference_port=str(ports[3]),
+            grpc_management_address="127.0.0.1",
             grpc_management_port=str(ports[4]),
             model_store=str(self.model_store),
         )

@@ -8,7 +8,7 @@
 
 What it does, and why (TorchServe 0.12 facts):
 - A fresh temp working directory per server, holding a config.properties derived from a base one
-  (default: the repo root's) with the inference/management/metrics addresses and both gRPC ports
+  (default: the repo root's) with the inference/management/metrics addresses and both gRPC APIs
   (gRPC always starts in 0.12) moved to free 127.0.0.1 ports, and `model_store` set.
 - `torchserve --start --ts-config config.properties --ncs`: the frontend reads TS_CONFIG_FILE,
   then --ts-config, then the newest snapshot in logs/config/, then ./config.properties; a snapshot
@@ -377,6 +377,11 @@ class TorchServe:
     @property
     def metrics_url(self) -> str:
         return self.endpoints.metrics
+
+    @property
+    def grpc_target(self) -> str:
+        """host:port of the gRPC inference API (serving.grpc_client.GrpcClient takes it)."""
+        return self._require_run().config.grpc_target()
 
     @property
     def workdir(self) -> Path:

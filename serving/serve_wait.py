@@ -123,6 +123,29 @@ def curl_line(name: str, inference_url: str, key_file: Path) -> str:
     return f"curl {auth} -H 'Content-Type: {content_type}' {body} {url}"
 
 
+def grpc_line(names: list[str], target: str, key_file: Path, python: str = ".venv/bin/python") -> str | None:
+    """A working Python one-liner for the gRPC API: the first served model with an inline catalogue
+    example, its body in the form the family reads without a Content-Type (serving/grpc_forms.py)."""
+    from build.catalogue import Catalogue
+    from build.errors import BuildError
+    from serving.grpc_forms import grpc_body
+
+    for name in names:
+        try:
+            entry = Catalogue.load(CATALOGUE).entry(name)
+            example = entry.examples[0]
+            if example.file is not None:  # a file: no short literal for a one-liner
+                continue
+            request = example.request(REPO_ROOT)
+            body = grpc_body(entry.family, request.body, request.content_type)
+        except (BuildError, IndexError, ValueError):
+            continue
+        code = (f"from serving.grpc_client import GrpcClient; "
+                f"print(GrpcClient.from_key_file({target!r}, {str(key_file)!r}).predict({name!r}, {body!r}).decode())")
+        return f"{python} -c {shlex.quote(code)}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving.serve_wait", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
@@ -153,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\nTry:")
     for name in served_models(config):
         print(f"  {curl_line(name, ep.inference, key_file)}")
+    line = grpc_line(served_models(config), config.grpc_target(), key_file)
+    if line is not None:
+        print(f"\ngRPC ({config.grpc_target()}, same key; docs/api.md#grpc):\n  {line}")
     print("\nStop it with: make stop")
     return 0
 

@@ -34,8 +34,10 @@ ADDRESS_DEFAULTS = MappingProxyType(
         "metrics_address": "http://127.0.0.1:8082",
     }
 )
-# gRPC servers always start in 0.12 (no switch); these ports must be free too.
+# gRPC servers always start in 0.12 (no switch); these ports must be free too. Each binds its
+# grpc_<api>_address, 127.0.0.1 when absent (ConfigManager.getGRPCAddress at v0.12.0).
 GRPC_PORT_DEFAULTS = MappingProxyType({"grpc_inference_port": "7070", "grpc_management_port": "7071"})
+GRPC_ADDRESS_DEFAULTS = MappingProxyType({"grpc_inference_address": "127.0.0.1", "grpc_management_address": "127.0.0.1"})
 
 
 # ModelSettings' field for each frontend key (FRONTEND_KEYS' order).
@@ -208,6 +210,16 @@ class ServerConfig:
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
         return f"{parts.scheme}://{host}:{parts.port}"
+
+    def grpc_target(self, api: str = "inference") -> str:
+        """host:port of the gRPC inference (or management) API, as a gRPC channel takes it."""
+        host = self.properties.get(f"grpc_{api}_address", GRPC_ADDRESS_DEFAULTS[f"grpc_{api}_address"]).strip()
+        port = self.properties.get(f"grpc_{api}_port", GRPC_PORT_DEFAULTS[f"grpc_{api}_port"]).strip()
+        if not port.isdigit():
+            raise ConfigError(f"grpc_{api}_port={port!r}: expected a port number")
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def model(self, name: str) -> ModelEntry:
         for entry in self.models:
