@@ -225,10 +225,12 @@ def capacity_search(probe: Callable[[float], OpenPoint], listed: Sequence[OpenPo
 # -- what a set of points says ----------------------------------------------------------------
 def peak(points: Sequence[Point]) -> Optional[dict]:
     """The closed-loop point with the highest throughput (among those with answers); None without a
-    closed-loop sweep. Peaks compare like for like: an open-loop point offered above capacity measures
-    an overload (its queue grows through the window), not what the server sustains."""
-    return max((p.figures for p in points if p.figures["latency_ms"] and p.figures["mode"] == "closed"),
-               key=lambda f: f["throughput_rps"], default=None)
+    closed-loop sweep (two levels at least: one client alone is no peak). Peaks compare like for like:
+    an open-loop point offered above capacity measures an overload, not what the server sustains."""
+    closed = [p.figures for p in points if p.figures["latency_ms"] and p.figures["mode"] == "closed"]
+    if len({f["level"] for f in closed}) < 2:
+        return None
+    return max(closed, key=lambda f: f["throughput_rps"])
 
 
 def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
