@@ -299,7 +299,12 @@ def test_latency_target_counts_open_loop_points_only():
     points = [_point("closed", 300.0, 40.0), _point("open", 150.0, 45.0), _point("open", 250.0, 80.0),
               _point("open", 200.0, 30.0, errors={"503": 1})]
     assert best_within(points, 50.0)["throughput_rps"] == 150.0  # closed 300 has the better p99 but hides queueing
-    assert peak(points)["throughput_rps"] == 300.0
+    # The peak is the closed-loop sweep's: open-loop overloads and a lone client are no peak.
+    assert peak(points) is None  # one closed-loop level is no sweep
+    sweep = [_point("closed", 120.0, 20.0), *points]
+    sweep[0].figures["level"] = 1
+    assert peak(sweep)["throughput_rps"] == 300.0
+    assert peak([*sweep, _point("open", 400.0, 900.0)])["throughput_rps"] == 300.0
     assert best_within(points[:1], 50.0) is None
 
 
