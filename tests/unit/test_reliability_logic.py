@@ -65,6 +65,8 @@ def test_overload_verdicts():
     assert any("workers RSS grew" in p for p in overload_result(rss_peak=MappingProxyType({"frontend": 100, "workers": 200})).problems)
     assert any("no answer" in p for p in overload_result(traffic=Traffic(451, 450, 150, MappingProxyType({"503": 300}))).problems)
     assert overload_result(healthy_after=("queue not drained",)).problems == ("queue not drained",)
+    assert overload_result(served_rps=5.0).passed  # half the capacity of 10: slowed, not collapsed
+    assert any("throughput collapsed" in p for p in overload_result(served_rps=1.0).problems)
 
 
 def test_kill_verdicts():
