@@ -33,7 +33,7 @@ def report_dir(tmp_path_factory):
                "--batch-size", str(BATCH), "--max-batch-delay", "10", "--workers", "1", "--out", str(out)]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=420, check=False)
     assert done.returncode == 0, f"bench exited {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"
-    assert "report:" in done.stdout and "At peak ours serves" in done.stdout
+    assert "report:" in done.stdout and "At peak (closed loop) ours serves" in done.stdout
     folders = list(out.iterdir())
     assert len(folders) == 1 and folders[0].name.startswith(f"{MODEL}-smoke-")
     return folders[0]
