@@ -8,6 +8,7 @@ from pathlib import Path
 
 from benchmarks.load.capacity import RateSettings
 from benchmarks.load.mix import Mix
+from benchmarks.load.stats import StabilityRule
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix.measure import PointSettings
 from benchmarks.tune.mix.pipeline import MixOptions
@@ -51,10 +52,15 @@ def mix_options(args: argparse.Namespace, parser: argparse.ArgumentParser, catal
     rates = RateSettings(step=args.rate_step, resolution=args.rate_resolution, max_points=args.max_points)
     search = SearchSettings(**{k: v for k, v in (("batch_sizes", args.batch_sizes), ("delays", args.delays))
                                if v}, max_candidates=args.mix_candidates, min_gain_pct=args.min_gain_pct)
+    try:  # the load options' stability rule holds for the mix's points too
+        rule = StabilityRule(tolerance_pct=args.stability_pct, last=args.stable_windows,
+                             max_windows=max(args.max_windows, args.stable_windows))
+    except ValueError as err:
+        raise TuneError(f"stability rule: {err}") from None
     search_point = PointSettings(point_requests=args.mix_search_requests, window_s=args.mix_window_s,
-                                 warmup_s=args.mix_warmup_s, rates=rates)
+                                 rule=rule, warmup_s=args.mix_warmup_s, rates=rates)
     final_point = PointSettings(point_requests=args.point_requests, window_s=args.mix_window_s,
-                                warmup_s=args.verify_warmup_s, rates=rates)
+                                rule=rule, warmup_s=args.verify_warmup_s, rates=rates)
     kind = "tune-mix-reproduce" if args.mix_reproduce else "tune-mix"
     folder = Path(args.out) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     return MixOptions(mix, cores, Path(args.config).resolve(), Path(args.model_store).resolve(), folder.resolve(),
