@@ -1,8 +1,8 @@
 """POST v1/embeddings for text embedders.
 
-    {"model": "minilm", "input": "text" | ["text", ...], "encoding_format": "float" | "base64"}
+    {"model": "<model>", "input": "text" | ["text", ...], "encoding_format": "float" | "base64"}
     -> {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [...]}],
-        "model": "minilm", "usage": {"prompt_tokens": 5, "total_tokens": 5}}
+        "model": "<model>", "usage": {"prompt_tokens": 5, "total_tokens": 5}}
 
 "base64" is the little-endian float32 bytes of each vector: the `openai` Python client asks for it
 whenever its caller names no encoding_format, and decodes it back to floats. Token-array inputs
