@@ -116,6 +116,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the verification's capacity search (the benchmark's point): open-loop points at most")
     g.add_argument("--verify-warmup-s", type=float, default=30.0,
                    help="the verification: unmeasured load after the restart")
+    g.add_argument("--verify-stability-pct", type=float, default=10.0,
+                   help="the verification's stability rule: its last windows' throughput and p99 within this %% "
+                        "of their mean (default: the benchmark's rule)")
     mix_cli.add_arguments(p)
     return p
 

@@ -29,15 +29,15 @@ RECORD_KEYS = ("model", "slo_ms", "cores", "config", "model_store", "out", "spac
                "delays", "min_gain_pct", "max_candidates", "patience", "rate_step", "rate_resolution",
                "max_points", "fit_seconds", "grid", "window_s", "max_windows", "stable_windows", "stability_pct",
                "warmup_s", "connections", "point_requests", "tie_pct", "verify_points", "verify_warmup_s",
-               "no_defaults", "no_write", "no_verify", "variant")
-# Keys a run recorded before they existed may lack (variant: such runs tuned the default archive).
-OPTIONAL_KEYS = ("variant",)
+               "verify_stability_pct", "no_defaults", "no_write", "no_verify", "variant")
+# Keys a run recorded before they existed may lack, with the value such runs used.
+OPTIONAL_KEYS = {"variant": None, "verify_stability_pct": VerifySettings.stability_pct}
 # The smallest value each numeric option may take ("above" excludes the bound itself).
 _AT_LEAST = {"cores": 1, "max_candidates": 1, "patience": 1, "max_points": 1, "max_windows": 1,
              "stable_windows": 1, "connections": 1, "warmup_s": 0, "point_requests": 0, "tie_pct": 0,
              "verify_points": 1, "verify_warmup_s": 0}
 _ABOVE = {"slo_ms": 0, "min_gain_pct": 0, "rate_step": 1, "rate_resolution": 1, "fit_seconds": 0, "window_s": 0,
-          "stability_pct": 0}
+          "stability_pct": 0, "verify_stability_pct": 0}
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class TuneOptions:
         if unknown or missing:
             raise TuneError(f"tuning options: unknown {unknown or 'none'}, missing {missing or 'none'} "
                             "(a checkpoint from another version of the tuner? start a new run)")
-        r = dict(record)
+        r = {**OPTIONAL_KEYS, **record}
         for key in (*_AT_LEAST, *_ABOVE):
             value = r[key]
             low_ok = value >= _AT_LEAST[key] if key in _AT_LEAST else value > _ABOVE.get(key, 0)
@@ -102,7 +102,7 @@ class TuneOptions:
             fit_seconds=float(r["fit_seconds"]),
             steps=Steps(defaults=not r["no_defaults"], grid=bool(r["grid"]), write=not r["no_write"],
                         verify=not r["no_verify"]),
-            verify=VerifySettings(int(r["verify_points"]), float(r["verify_warmup_s"])),
+            verify=VerifySettings(int(r["verify_points"]), float(r["verify_warmup_s"]), float(r["verify_stability_pct"])),
             config=_path(r["config"]), model_store=_path(r["model_store"]),
             variants=None if r.get("variant") is None else tuple(str(v) for v in r["variant"]), folder=Path(folder).resolve(),
             wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(r), command=command)

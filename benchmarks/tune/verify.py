@@ -5,7 +5,8 @@ only moves the addresses to free ports), not from values the tuner passes in: th
 the frontend reads the new stanza (GET /models/<name> shows the written batch size, delay and
 workers, and each worker logs the expected thread count). Then the capacity is measured again,
 from the search's rate, with the benchmark's own open-loop point and rate search
-(benchmarks.load.capacity: REFERENCE_WINDOW_S windows, the default stability rule) after a long
+(benchmarks.load.capacity: REFERENCE_WINDOW_S windows, the benchmark's stability rule unless
+--verify-stability-pct says otherwise) after a long
 warm-up: the search ranks candidates with shorter points, but the figure written into the
 provenance record is this one, the one `make bench` on the written values measures.
 """
@@ -37,6 +38,8 @@ class VerifySettings:
     # Unmeasured load after the start: a server that has served for a while (JIT, allocator,
     # caches) is what users run, and what the benchmark measures after its closed-loop sweep.
     warmup_s: float = 30.0
+    # The benchmark's rule by default, so that the figure is the one `make bench` measures.
+    stability_pct: float = StabilityRule.tolerance_pct
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def verify(plan: ServePlan, chosen: Candidate, rate_rps: float, settings: Verify
     began = time.perf_counter()
     model = plan.model
     progress(f"verification: TorchServe from {shown(plan.config)}, capacity search from {rate_rps:.1f} req/s")
-    load = replace(plan.load, window_s=REFERENCE_WINDOW_S, rule=StabilityRule(),
+    load = replace(plan.load, window_s=REFERENCE_WINDOW_S, rule=StabilityRule(tolerance_pct=settings.stability_pct),
                    warmup_s=settings.warmup_s)
     # The benchmark measures each point once: so does this, to reproduce its figure.
     plan = replace(plan, from_file=True, load=load, remeasure_near_slo=False)

@@ -38,6 +38,7 @@ def test_a_record_builds_each_steps_options(tmp_path):
     (["--window-s", "0"], "--window-s must be a number above 0"),
     (["--max-points", "0"], "--max-points must be a number at least 1"),
     (["--warmup-s", "-1"], "--warmup-s must be a number at least 0"),
+    (["--verify-stability-pct", "0"], "--verify-stability-pct must be a number above 0"),
     (["--space", "huge"], "--space 'huge'"),
 ])
 def test_out_of_range_values_name_the_option(tmp_path, argv, words):
@@ -58,3 +59,10 @@ def test_unknown_and_missing_keys_are_refused(tmp_path):
     del raw["grid"]
     with pytest.raises(TuneError, match=r"missing \['grid'\]"):
         TuneOptions.from_record(raw, tmp_path)
+
+
+def test_the_verification_takes_its_own_stability_rule(tmp_path):
+    assert TuneOptions.from_record(record("--verify-stability-pct", "40"), tmp_path).verify.stability_pct == 40.0
+    older = record()
+    del older["verify_stability_pct"]  # a checkpoint written before the option: the benchmark's rule
+    assert TuneOptions.from_record(older, tmp_path).verify.stability_pct == 10.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.load.capacity import RateSettings
@@ -57,10 +58,14 @@ def mix_options(args: argparse.Namespace, parser: argparse.ArgumentParser, catal
                              max_windows=max(args.max_windows, args.stable_windows))
     except ValueError as err:
         raise TuneError(f"stability rule: {err}") from None
+    try:
+        final_rule = replace(rule, tolerance_pct=args.verify_stability_pct)
+    except ValueError as err:
+        raise TuneError(f"--verify-stability-pct: {err}") from None
     search_point = PointSettings(point_requests=args.mix_search_requests, window_s=args.mix_window_s,
                                  rule=rule, warmup_s=args.mix_warmup_s, rates=rates)
     final_point = PointSettings(point_requests=args.point_requests, window_s=args.mix_window_s,
-                                rule=rule, warmup_s=args.verify_warmup_s, rates=rates)
+                                rule=final_rule, warmup_s=args.verify_warmup_s, rates=rates)
     kind = "tune-mix-reproduce" if args.mix_reproduce else "tune-mix"
     folder = Path(args.out) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     return MixOptions(mix, cores, Path(args.config).resolve(), Path(args.model_store).resolve(), folder.resolve(),
