@@ -32,7 +32,8 @@ def tuned(tmp_path_factory, model_store):
                "--model-store", str(model_store), "--out", str(tmp / "reports"), "--mix-candidates", "1",
                "--mix-search-requests", "100", "--point-requests", "100", "--max-points", "2", "--mix-window-s", "1",
                "--mix-warmup-s", "1", "--verify-warmup-s", "1",
-               "--stability-pct", "50", "--verify-stability-pct", "50"]  # 1 s windows: the smoke checks the pipeline, not the stability rule
+               # 1 s windows: the smoke checks the pipeline, not the stability rule
+               "--stability-pct", "50", "--verify-stability-pct", "50"]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert DEFAULT_CONFIG.read_bytes() == root_before, "the real root config.properties changed"
     folders = list((tmp / "reports").iterdir())
