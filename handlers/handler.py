@@ -21,36 +21,26 @@ from typing import Any, Optional
 
 import torch
 
-from handlers import frontend, kserve, plan, runtime, tracing
+from handlers import kserve, runtime, tracing
 from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
 from handlers.deadlines import read as read_deadlines
 from handlers.encoding import JSON, json_bytes
-from handlers.errors import BadInput, ConfigError, HandlerError, ServerFault
+from handlers.errors import ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
 from handlers.onnx_session import OnnxModule, load_onnx
 from handlers.openai import envelope as openai_envelope
 from handlers.openai import routes
 from handlers.openai.errors import OpenAIError, error_body
 from handlers.profiling import make_profiler, region
+from handlers.request_parts import content_type, request_body, request_headers
 from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
 from handlers.stage_metrics import StageClock, TracedClock, emit, emit_cache, emit_deadlines
+from handlers.worker_threads import worker_threads
 
 log = logging.getLogger(__name__)
 
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
-
-
-def request_body(request: Any) -> Any:
-    """The payload of one request as TorchServe passes it: raw body, or a single form field."""
-    if not isinstance(request, dict):
-        return request
-    for key in ("data", "body"):
-        if key in request:
-            return request[key]
-    if len(request) == 1:
-        return next(iter(request.values()))
-    raise BadInput("send the input as the request body (or a single form field named 'data')")
 
 
 def status_phrase(message: str) -> str:
@@ -87,7 +77,9 @@ class Handler:
         self.device = runtime.choose_device(props.get("gpu_id"))
         self.max_batch_size = int(props.get("batch_size") or 1)
         workers = runtime.sibling_worker_count()
-        self.threads, threads_from = self._thread_budget(context, yaml_config)
+        own = yaml_config.get("minWorkers")
+        self.threads, threads_from = worker_threads(rt, self.model_name, _model_version(context),
+                                                    own if isinstance(own, int) else None)
         runtime.apply_threads(self.threads, rt.interop_threads)
         runtime.configure_cuda(rt, self.device)
         # TorchScript archives were traced under their precision: the casts are already in the graph;
@@ -108,6 +100,8 @@ class Handler:
                 raise ConfigError(f"{self.model_name}: continuous batching runs on one worker per model in "
                                   f"TorchServe 0.12 ({workers} started): set minWorkers=maxWorkers=1 and raise "
                                   "batchSize (sequences per step) instead")
+            from handlers.generation.wiring import generation_service  # the generative families' stack only
+
             self.generation = generation_service(self, model_dir, continuous, asynchronous)
         if self.family.generates and rt.deadline_ms:
             raise ConfigError("runtime.deadline_ms: deadlines apply to request/response families only (remove it)")
@@ -133,29 +127,6 @@ class Handler:
             self.settings.variant or "-", self.device, self.threads,
             threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
         )
-
-    def _thread_budget(self, context, yaml_config: dict[str, Any]) -> tuple[int, str]:
-        """Threads from the configuration the frontend started from, however it was started."""
-        server = frontend.find_frontend()
-        source = frontend.locate(server) if server is not None else None
-        version = _model_version(context)
-        planned = plan.planned_threads(source, self.model_name, version)
-        if source is None:  # in-process, not under TorchServe: this model has the cores to itself
-            workers: Optional[int] = runtime.sibling_worker_count()
-        else:
-            own = yaml_config.get("minWorkers")
-            loaded = plan.loaded_workers(source, self.model_name, own if isinstance(own, int) else None)
-            workers = loaded.total
-            warning = plan.snapshot_warning(source)
-            if warning:
-                log.warning("%s: %s", self.model_name, warning)
-            if planned is None and self.settings.runtime.threads is None:
-                log.warning("%s: no thread plan for version %s in %s; %s. %s", self.model_name, version,
-                            source.describe(), loaded.unknown or f"sharing the cores among {workers} workers",
-                            plan.FIX)
-        threads, reason = runtime.thread_budget(self.settings.runtime, planned, workers, runtime.usable_cores())
-        where = source.describe() if source is not None else "not under TorchServe"
-        return threads, f"{reason}; config {where}"
 
     def _session_label(self) -> str:
         if not isinstance(self.model, OnnxModule):
@@ -203,7 +174,7 @@ class Handler:
         clock = StageClock() if tracer is None else TracedClock()
         results: list[Optional[bytes]] = [None] * len(data)
         refused: dict[int, HandlerError] = {}
-        deadlines, malformed = read_deadlines(lambda idx: _headers(context, idx), len(data),
+        deadlines, malformed = read_deadlines(lambda idx: request_headers(context, idx), len(data),
                                               self.settings.runtime.deadline_ms)
         self._refuse(context, results, refused, malformed)
         keys, todo, same_as = self._cached(data, context, results, [i for i in range(len(data)) if i not in refused])
@@ -278,12 +249,12 @@ class Handler:
             return {}, live, {}
         keys = {}
         for idx in live:
-            headers = _headers(context, idx)
+            headers = request_headers(context, idx)
             no_cache = "no-cache" in (kserve.header(headers, "cache-control") or "").lower()
             other_route = kserve.from_kserve_route(headers) or routes.is_openai(openai_envelope.url_path(headers))
             if not no_cache and not other_route:  # /predictions answers only
                 keys[idx] = request_key(self.model_name, self.version, self.settings.variant,
-                                        request_body(data[idx]), _content_type(context, idx))
+                                        request_body(data[idx]), content_type(context, idx))
         todo = []
         for idx in live:
             answer = self.response_cache.get(keys[idx]) if idx in keys else None
@@ -314,19 +285,19 @@ class Handler:
 
         def unwrap_one(idx: int):
             try:
-                body, content_type, headers = request_body(data[idx]), _content_type(context, idx), _headers(context, idx)
+                body, media_type, headers = request_body(data[idx]), content_type(context, idx), request_headers(context, idx)
                 envelope = (openai_envelope.unwrap(body, headers, self.family, self.model_name, self.loaded_at)
                             or kserve.unwrap(body, headers, self.family.input_kind))
-                return envelope, ((body, content_type),) if envelope is None else envelope.bodies
+                return envelope, ((body, media_type),) if envelope is None else envelope.bodies
             except HandlerError as err:
                 return err
             except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
                 return _fault(idx)
 
         def decode_one(job):
-            idx, body, content_type = job
+            idx, body, media_type = job
             try:
-                return self.family.decode(body, content_type)
+                return self.family.decode(body, media_type)
             except HandlerError as err:
                 return err
             except Exception:  # as above
@@ -357,12 +328,12 @@ class Handler:
         """Each request decoded by the family on its own: the item, or the HandlerError rejecting it."""
         outcomes = []
         for request, idx in zip(data, indices):
-            if self.family.generates and routes.is_openai(openai_envelope.url_path(_headers(context, idx))):
+            if self.family.generates and routes.is_openai(openai_envelope.url_path(request_headers(context, idx))):
                 # Reached only in step mode: the async service answers OpenAI's routes before decoding.
-                outcomes.append(OpenAIError(STEP_MODE_HAS_NO_OPENAI, status=404))
+                outcomes.append(OpenAIError(routes.STEP_MODE_HAS_NO_OPENAI, status=404))
                 continue
             try:
-                outcomes.append(self.family.decode(request_body(request), _content_type(context, idx)))
+                outcomes.append(self.family.decode(request_body(request), content_type(context, idx)))
             except HandlerError as err:
                 outcomes.append(err)
             except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
@@ -395,49 +366,13 @@ class Handler:
     @staticmethod
     def reject(context, idx: int, err: HandlerError) -> bytes:
         context.set_response_status(err.status, status_phrase(err.message), idx)
-        if routes.is_openai(openai_envelope.url_path(_headers(context, idx))):
+        if routes.is_openai(openai_envelope.url_path(request_headers(context, idx))):
             context.set_response_content_type(idx, JSON)
             return error_body(err)  # OpenAI's clients read {"error": {...}}
         answer = {"code": err.status, "type": err.kind, "message": err.message}
-        if kserve.from_kserve_route(_headers(context, idx)):
+        if kserve.from_kserve_route(request_headers(context, idx)):
             answer["error"] = err.message  # where KServe / Open Inference Protocol clients read it
         return _json_answer(context, idx, answer)
-
-
-STEP_MODE_HAS_NO_OPENAI = ("OpenAI's routes need the async mode: set causal_lm.mode: async in the catalogue "
-                           "and rebuild (this archive answers /predictions only)")
-
-
-def generation_service(handler: Handler, model_dir: Path, continuous: bool, asynchronous: bool = False):
-    """A generative family's engine and service over the handler's model (imported only for them):
-    step by step (continuous batching), a whole batch per call, or the engine loop (async mode)."""
-    from handlers.generation.async_serving import AsyncGenerationService
-    from handlers.generation.drafting import load_drafter
-    from handlers.generation.engine import Engine
-    from handlers.generation.metrics import loop_emitter
-    from handlers.generation.prefix_cache import PrefixCache
-    from handlers.generation.serving import GenerationService
-
-    lm, settings = handler.model.lm, handler.family.settings
-    cache = PrefixCache(int(settings.prefix_cache_mib * 2**20), settings.prefix_block_tokens) \
-        if settings.prefix_cache_mib > 0 else None
-    engine = Engine(lm, handler.family.decode_text, handler.family.eos_ids, handler.family.check_model(lm),
-                    handler.autocast_dtype, drafter=load_drafter(settings.speculation, model_dir,
-                                                                 settings.draft_model),
-                    speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,
-                    prefix_cache=cache)
-    def priority_of(context, idx):
-        return kserve.header(_headers(context, idx), "x-priority")
-
-    if asynchronous:
-        return AsyncGenerationService(engine, handler.model_name, handler.decode_each, handler.reject,
-                                      family=handler.family, max_running=settings.max_running,
-                                      priority_of=priority_of,
-                                      emit=loop_emitter(handler.metrics_context, handler.model_name),
-                                      warm_request=handler.family.example_request())
-    return GenerationService(engine, handler.model_name, continuous, handler.decode_each, handler.reject,
-                             warm_request=handler.family.example_request(), max_running=settings.max_running,
-                             priority_of=priority_of)
 
 
 def _fault(idx: int) -> ServerFault:
@@ -454,15 +389,3 @@ def _model_version(context) -> str:
     """The archive's version (config.properties' models= is keyed by it)."""
     manifest = getattr(context, "manifest", None) or {}
     return str((manifest.get("model") or {}).get("modelVersion", "1.0"))
-
-
-def _headers(context, idx: int) -> dict:
-    try:
-        return context.get_all_request_header(idx) or {}
-    except (AttributeError, IndexError, KeyError, TypeError):  # contexts without request headers
-        return {}
-
-
-def _content_type(context, idx: int) -> str:
-    value = kserve.header(_headers(context, idx), "content-type")
-    return "" if value is None else value.split(";")[0].strip().lower()

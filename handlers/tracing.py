@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from handlers.kserve import header
+from handlers.request_parts import request_headers
 from handlers.stage_metrics import TracedClock
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class Tracing:
         for idx in range(count):
             err = refused.get(idx)
             outcome = "served" if idx in served_set else "refused" if err is not None else "cached"
-            requests.append(Request(idx, _request_headers(context, idx), outcome,
+            requests.append(Request(idx, request_headers(context, idx), outcome,
                                     err.status if err is not None else 200, err.message if err is not None else ""))
         try:
             self.record(requests, clock, items)
@@ -119,13 +120,6 @@ class Tracing:
             if request.status >= 400:
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, request.message))
             span.end(end_time=to_ns(last))
-
-
-def _request_headers(context, idx: int) -> Mapping[str, Any]:
-    try:
-        return context.get_all_request_header(idx) or {}
-    except (AttributeError, IndexError, KeyError, TypeError):  # contexts without request headers
-        return {}
 
 
 def _trace_headers(headers: Mapping[str, Any]) -> dict[str, str]:

@@ -35,6 +35,7 @@ from handlers.openai import responses, routes, sse
 from handlers.openai.completions import Call, parse_chat, parse_completion
 from handlers.openai.errors import error_body, error_event
 from handlers.openai.models import model_response, models_response
+from handlers.request_parts import request_headers
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class AsyncGenerationService:
         return list(await asyncio.gather(*(self._one(data, context, idx) for idx in range(len(data)))))
 
     async def _one(self, data: list[Any], context, idx: int) -> bytes:
-        headers = _headers(context, idx)
+        headers = request_headers(context, idx)
         url_path = (kserve.header(headers, "url_path") or "").strip("/")
         if routes.is_openai(url_path):
             return await self._openai(data[idx], context, idx, url_path)
@@ -170,11 +171,6 @@ class AsyncGenerationService:
                               family.chat_template, family.bos_token or "", family.eos_token or "",
                               request_id=request_id)
         return parse_completion(body, family.encode, family.limits, self.model_name, request_id=request_id)
-
-
-def _headers(context, idx: int) -> dict:
-    getter = getattr(context, "get_all_request_header", None)
-    return (getter(idx) if getter else None) or {}
 
 
 def _body(request: Any) -> Any:

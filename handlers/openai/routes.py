@@ -56,3 +56,7 @@ def route(url_path: str, endpoints: frozenset[str]) -> Route:
         return Route(MODEL, path[len(_MODEL_PREFIX):])
     served = ", ".join(f"/{p}" for p, e in ROUTES.items() if e in endpoints)
     raise OpenAIError(f"Invalid URL (/{path}): this model answers {served}"[:300], status=404)
+
+
+STEP_MODE_HAS_NO_OPENAI = ("OpenAI's routes need the async mode: set causal_lm.mode: async in the catalogue "
+                           "and rebuild (this archive answers /predictions only)")
