@@ -74,7 +74,7 @@ class TuneOptions:
         if unknown or missing:
             raise TuneError(f"tuning options: unknown {unknown or 'none'}, missing {missing or 'none'} "
                             "(a checkpoint from another version of the tuner? start a new run)")
-        r = {**OPTIONAL_KEYS, **record}
+        r = {**OPTIONAL_KEYS, **record}  # the record itself stays as given: a checkpoint's identity
         for key in (*_AT_LEAST, *_ABOVE):
             value = r[key]
             low_ok = value >= _AT_LEAST[key] if key in _AT_LEAST else value > _ABOVE.get(key, 0)
@@ -105,7 +105,7 @@ class TuneOptions:
             verify=VerifySettings(int(r["verify_points"]), float(r["verify_warmup_s"]), float(r["verify_stability_pct"])),
             config=_path(r["config"]), model_store=_path(r["model_store"]),
             variants=None if r.get("variant") is None else tuple(str(v) for v in r["variant"]), folder=Path(folder).resolve(),
-            wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(r), command=command)
+            wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(dict(record)), command=command)
 
 
 def record_of(options: Mapping[str, Any], model: str, slo_ms: float, cores: int) -> dict:

@@ -65,4 +65,6 @@ def test_the_verification_takes_its_own_stability_rule(tmp_path):
     assert TuneOptions.from_record(record("--verify-stability-pct", "40"), tmp_path).verify.stability_pct == 40.0
     older = record()
     del older["verify_stability_pct"]  # a checkpoint written before the option: the benchmark's rule
-    assert TuneOptions.from_record(older, tmp_path).verify.stability_pct == 10.0
+    resumed = TuneOptions.from_record(older, tmp_path)
+    assert resumed.verify.stability_pct == 10.0
+    assert dict(resumed.record) == older  # its checkpoint's identity still matches
