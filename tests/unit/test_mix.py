@@ -14,6 +14,7 @@ from benchmarks.load.mix import NORMALISED_SLO, Mix, MixPoint, mixed_payloads
 from benchmarks.tune.config_writer import Update
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix.measure import Capacity
+from benchmarks.tune.mix.pipeline import first_rate
 from benchmarks.tune.mix.plan import MixPlan, apportion, neighbours, starting_plan
 from benchmarks.tune.mix.search import SearchSettings, bottleneck_order, search
 from benchmarks.tune.mix.writer import rewrite_mix
@@ -155,6 +156,17 @@ def record(capacity: float) -> MixRecord:
     return MixRecord((ModelShare("text", 0.7, 50, 1, 1, 8, 2, 0.7 * capacity, 40.0),
                       ModelShare("image", 0.3, 100, 1, 1, 2, 1, 0.3 * capacity, 90.0)), capacity, 100.0, 2, 1800.0,
                      "2026-11-23 10:00 UTC", "benchmarks/reports/tune-mix-x", "machine")
+
+
+def test_a_re_tune_starts_below_the_recorded_capacity_when_no_model_was_tuned_alone():
+    never_alone = {"text": (ModelSettings(batch_size=6), None), "image": (ModelSettings(batch_size=3), None)}
+    plan = starting_plan(MIX, 2, never_alone)
+    assert first_rate(MIX, plan, 2, never_alone, record(250.0)) == 200.0
+    assert first_rate(MIX, plan, 2, never_alone, None) == 20.0  # nothing known: start low
+    other_mix = Mix.parse("text=1", SLO)  # a record of another mix says nothing of this one
+    assert first_rate(other_mix, starting_plan(other_mix, 2, never_alone), 2, never_alone, record(250.0)) == 20.0
+    alone = {"text": (ModelSettings(batch_size=6), 460.0), "image": (ModelSettings(batch_size=3), 150.0)}
+    assert first_rate(MIX, plan, 2, alone, record(250.0)) == round(0.8 * 150.0 / 2 / 0.3, 1)  # alone figures first
 
 
 def test_the_written_file_carries_threads_and_one_mix_record(tmp_path: Path):

@@ -30,7 +30,7 @@ from benchmarks.tune.mix.writer import write_mix
 from benchmarks.tune.outcome import machine
 from build.archive import build_entry
 from build.catalogue import Catalogue
-from serving.mix_record import MixRecord, ModelShare
+from serving.mix_record import MixRecord, ModelShare, read_mix
 from serving.repo import CATALOGUE, REPO_ROOT, shown
 from serving.ts_config import ModelSettings, ServerConfig
 
@@ -71,10 +71,16 @@ def alone_values(config_text: str, base: ServerConfig, names) -> dict[str, tuple
     return out
 
 
-def first_rate(mix: Mix, plan: MixPlan, cores: int, alone: dict[str, tuple[ModelSettings, Optional[float]]]) -> float:
-    """Where the search starts: each model's alone capacity scaled to its cores, at its share."""
+def first_rate(mix: Mix, plan: MixPlan, cores: int, alone: dict[str, tuple[ModelSettings, Optional[float]]],
+               recorded: Optional[MixRecord] = None) -> float:
+    """Where the search starts: each model's alone capacity scaled to its cores, at its share; else,
+    re-tuning the same mix, below the capacity its record holds; else low."""
     limits = [alone[n][1] * c.workers * c.threads / cores / mix.shares[n] for n, c in plan.models if alone[n][1]]
-    return round(0.8 * min(limits), 1) if limits else 20.0
+    if limits:
+        return round(0.8 * min(limits), 1)
+    if recorded is not None and set(recorded.shares) == set(mix.shares) and recorded.capacity_rps > 0:
+        return round(0.8 * recorded.capacity_rps, 1)
+    return 20.0
 
 
 def tune_mix(options: MixOptions, progress: Progress) -> int:
@@ -94,7 +100,7 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
     alone = alone_values(text, base, mix.names)
     others = {e.name: e.settings for e in base.models}
     start = starting_plan(mix, options.cores, alone)
-    start_rps = first_rate(mix, start, options.cores, alone)
+    start_rps = first_rate(mix, start, options.cores, alone, read_mix(before))
     progress(f"starting plan {start.key} at {start_rps:g} req/s")
 
     def measure(plan: MixPlan, rps: float, label: str) -> Capacity:
