@@ -47,7 +47,7 @@ class ModelShare:
 class MixRecord:
     models: tuple[ModelShare, ...]
     capacity_rps: float  # total requests/s one server answers in this mix, every model within its SLO
-    baseline_rps: Optional[float]  # the same mix on the per-model-alone values, same run
+    baseline_rps: Optional[float]  # the same mix on the values the file had before this tune, same run
     cores: int  # the budget: sum of workers x threads over the mix's models
     memory_mib: Optional[float]  # frontend + workers, peak RSS at the capacity point
     date: str
@@ -74,7 +74,7 @@ class MixRecord:
     def lines(self) -> tuple[str, ...]:
         parts = ", ".join(f"{m.name} {m.share:.0%} (p99 <= {m.slo_ms:g} ms)" for m in self.models)
         baseline = "" if self.baseline_rps is None else (
-            f"; the per-model-alone values in this mix: {self.baseline_rps:.1f} req/s")
+            f"; the values before this tune, in this mix: {self.baseline_rps:.1f} req/s")
         text = [f"{MIX_PREFIX}{parts}: {self.capacity_rps:.1f} req/s per server{baseline}"]
         text += [f"{MORE}{m.name}: {m.workers} x {m.threads} thread(s), batch {m.batch_size}, delay "
                  f"{m.max_batch_delay_ms} ms, {m.served_archive}; {m.rate_rps:.1f} req/s at p99 {m.p99_ms:.1f} ms"

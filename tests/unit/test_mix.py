@@ -208,3 +208,53 @@ def test_alone_capacity_comes_from_a_per_model_tune_never_from_a_mix_share(tmp_p
     path.write_text(text, encoding="utf-8")
     alone = alone_values(text, ServerConfig.load(path), ("text", "idle"))
     assert alone["text"][1] == 461.7 and alone["idle"][1] is None
+
+
+PLANNED = """inference_address=http://127.0.0.1:8080
+load_models=text=text.mar,image=image.mar,idle=idle.mar
+models={\\
+  "text": {"1.0": {"defaultVersion": true, "marName": "text.mar", "minWorkers": 1, "maxWorkers": 1,\\
+    "batchSize": 6, "maxBatchDelay": 1, "threads": 1}},\\
+  "image": {"1.0": {"defaultVersion": true, "marName": "image.mar", "minWorkers": 1, "maxWorkers": 1,\\
+    "batchSize": 3, "maxBatchDelay": 2, "threads": 1}},\\
+  "idle": {"1.0": {"defaultVersion": true, "marName": "idle.mar", "minWorkers": 2, "maxWorkers": 2, "batchSize": 32, "threads": 1}}\\
+  }
+"""
+
+
+@pytest.mark.parametrize("tuned_rps, written_batch", [(190.0, 3), (260.0, 4)])
+def test_the_search_choice_is_written_only_when_it_serves_more_than_the_values_before(
+        tmp_path, monkeypatch, tuned_rps, written_batch):
+    from benchmarks.tune.mix import pipeline
+    from benchmarks.tune.mix.measure import PointSettings
+
+    config = tmp_path / "config.properties"
+    config.write_text(PLANNED)
+    by_label = {"config.properties before": 230.0, "tuned (from the written file)": tuned_rps,
+                "kept (from the written file)": 228.0}
+
+    def measure(label, mix, store, cfg, settings, start_rps, point_settings, progress):
+        # The search's short points favour a bigger image batch; the long ones decide.
+        rate = by_label.get(label) or (240.0 if settings["image"].batch_size == 4 else 200.0)
+        return Capacity(label, (), point(rate, {"text": 30, "image": 90}), {}, 1000.0, 1.0)
+
+    writes, reports = [], []
+    monkeypatch.setattr(pipeline, "measure_capacity", measure)
+    monkeypatch.setattr(pipeline, "build_entry", lambda *a, **k: None)
+    monkeypatch.setattr(pipeline, "describe_environment", lambda: {})
+    monkeypatch.setattr(pipeline, "write_mix", lambda path, updates, records, mix, idle, archives:
+                        writes.append(({u.name: u.settings for u in updates}, mix)))
+    monkeypatch.setattr(pipeline.report, "write", lambda folder, content: reports.append(content))
+    monkeypatch.setattr(pipeline.report, "print_summary", lambda content, folder: None)
+    options = pipeline.MixOptions(MIX, 2, config, tmp_path, tmp_path / "run",
+                                  SearchSettings(batch_sizes=(3, 4), delays=(2,), max_candidates=2),
+                                  PointSettings(), PointSettings(), True, "test")
+    assert pipeline.tune_mix(options, lambda line: None) == 0
+    written, record = writes[-1]
+    assert written["image"].batch_size == written_batch
+    assert written["idle"].min_workers == 1  # idle models: one worker of one thread either way
+    assert record.capacity_rps == (228.0 if written_batch == 3 else tuned_rps) and record.baseline_rps == 230.0
+    content = reports[-1]
+    kept = written_batch == 3
+    assert (content["rejected"] is not None) == kept
+    assert ("The search's choice served less than the values before" in pipeline.report.markdown(content)) == kept

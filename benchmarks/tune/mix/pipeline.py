@@ -1,9 +1,10 @@
 """Tune one server for a traffic mix, end to end:
 
     cores by demand -> search (a whole server per candidate, all models loaded, mixed traffic)
-      -> the same run's reference: the per-model-alone values (the file as it was) in the mix
+      -> the same run's reference: the values the file had before (each model's alone tune, or an earlier mix tune)
       -> write config.properties (threads and the mix record) -> verify: the capacity again,
-         from the written file, with longer points -> report
+         from the written file, with longer points -> below the reference: write the values
+         before back, and verify those -> report
 
 One model is the special case of a mix of one.
 """
@@ -25,9 +26,10 @@ from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix import report
 from benchmarks.tune.mix.measure import Capacity, PointSettings, measure_capacity
 from benchmarks.tune.mix.plan import MixPlan, starting_plan
-from benchmarks.tune.mix.search import SearchSettings, search
+from benchmarks.tune.mix.search import SearchSettings, Tried, search
 from benchmarks.tune.mix.writer import write_mix
 from benchmarks.tune.outcome import machine
+from benchmarks.tune.space import Candidate
 from build.archive import build_entry
 from build.catalogue import Catalogue
 from serving.mix_record import MixRecord, ModelShare, read_mix
@@ -109,27 +111,60 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
 
     tried, chosen = search(mix, options.cores, start, start_rps, measure, options.search, progress)
     progress(f"chosen: {chosen.plan.key} ({chosen.capacity.rate_rps:.1f} req/s in the search)")
-    reference = measure_capacity("per-model-alone values", mix, options.model_store, before, None,
+    reference = measure_capacity("config.properties before", mix, options.model_store, before, None,
                                  max(1.0, 0.7 * chosen.capacity.rate_rps), options.final_point, progress)
     environment = describe_environment()
     written = options.config if options.write else folder / "config.tuned.properties"
     if not options.write:
         shutil.copyfile(before, written)
-    updates = [Update(n, s, base.model(n).version if n in others else "1.0",
-                      base.model(n).archive if n in others else f"{n}.mar")
-               for n, s in chosen.plan.settings(others).items()]
     loaded = tuple(base.startup_archives(options.model_store))  # every server of this tune loads these
-    record = _record(options, chosen.plan, chosen.capacity, reference, environment, served, loaded)
-    write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
-    progress(f"wrote {shown(written)}; verifying from it")
-    verified = measure_capacity("tuned (from the written file)", mix, options.model_store, written, None,
-                                max(1.0, chosen.capacity.rate_rps), options.final_point, progress)
+
+    def write(plan: MixPlan, measured: Capacity) -> None:
+        updates = [Update(n, s, base.model(n).version if n in others else "1.0",
+                          base.model(n).archive if n in others else f"{n}.mar")
+                   for n, s in plan.settings(others).items()]
+        record = _record(options, plan, measured, reference, environment, served, loaded)
+        write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
+
+    def from_written(plan: MixPlan, provisional: Capacity, label: str) -> Capacity:
+        write(plan, provisional)  # then the record gets the capacity measured from the written file
+        progress(f"wrote {shown(written)}; verifying from it")
+        measured = measure_capacity(label, mix, options.model_store, written, None,
+                                    max(1.0, provisional.rate_rps), options.final_point, progress)
+        write(plan, measured)
+        return measured
+
+    verified = from_written(chosen.plan, chosen.capacity, "tuned (from the written file)")
+    rejected = None
+    kept = file_plan(mix, base)
+    if below(verified, reference) and kept is not None and kept.key != chosen.plan.key:
+        # The search ranks candidates on short points; the long ones decide: never write a regression.
+        progress(f"the search's choice measured {verified.rate_rps:.1f} req/s from the written file, below the "
+                 f"file's own values ({reference.rate_rps:.1f} req/s, same run): writing those back")
+        rejected = Tried(chosen.plan, verified, "the search's choice, measured from the written file")
+        chosen = Tried(kept, reference, "the values in config.properties before, kept")
+        verified = from_written(kept, reference, "kept (from the written file)")
     record = _record(options, chosen.plan, verified, reference, environment, served, loaded)
-    write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
-    content = report.build(options, alone, tried, chosen, reference, verified, record, environment)
+    content = report.build(options, alone, tried, chosen, reference, verified, record, environment, rejected)
     report.write(folder, content)
     report.print_summary(content, folder)
     return 0 if verified.best is not None else 1
+
+
+def file_plan(mix: Mix, base: ServerConfig) -> Optional[MixPlan]:
+    """The mix's models as the file before the tune planned them (None: a model without a thread plan)."""
+    models = []
+    for name in mix.names:
+        if name not in base.model_names or base.model(name).settings.threads is None:
+            return None
+        s = base.model(name).settings
+        models.append((name, Candidate(s.min_workers, s.threads, s.batch_size, s.max_batch_delay_ms)))
+    return MixPlan(tuple(models))
+
+
+def below(measured: Capacity, reference: Capacity) -> bool:
+    """The written values served less than the file's own values did, in the same run."""
+    return reference.best is not None and (measured.best is None or measured.rate_rps < reference.rate_rps)
 
 
 def _idle(others: dict[str, ModelSettings], mix: Mix) -> tuple[str, ...]:
