@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.tune.config_writer import Update, write_config
+from serving.mix_record import read_mix
 from serving.plan_check import plan_problems
 from serving.repo import DEFAULT_CONFIG
 from serving.ts_config import ModelEntry, ModelSettings, ServerConfig
@@ -75,3 +76,11 @@ def test_an_entry_without_threads_counts_one_per_worker():
     from serving.plan_check import planned_threads
 
     assert planned_threads(ModelEntry("m", ModelSettings(min_workers=3, max_workers=3))) == 3
+
+
+def test_the_shipped_config_passes_its_own_check(tmp_path):
+    config = ServerConfig.load(DEFAULT_CONFIG)
+    loaded = list(config.startup_archives(tmp_path))  # load_models names its archives: no store needed
+    record = read_mix(DEFAULT_CONFIG)
+    assert record is not None and set(record.loaded) == set(loaded)  # measured with what it loads
+    assert plan_problems(config, loaded, record, cores=record.cores) == []

@@ -159,7 +159,8 @@ def write(folder: Path, content: dict) -> Path:
 
 def print_summary(content: dict, folder: Path) -> None:
     ratio = content["ratio"]
-    print(f"mix: tuned {content['verified']['capacity_rps']:.1f} req/s vs the values before "
+    written = "kept the values before:" if content.get("rejected") else "tuned"
+    print(f"mix: {written} {content['verified']['capacity_rps']:.1f} req/s vs the values before "
           f"{content['reference']['capacity_rps']:.1f} req/s"
           + ("" if ratio is None else f" ({ratio:.2f}x)") + f"; report {folder / 'report.md'}")
 
