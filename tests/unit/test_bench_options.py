@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.bench.__main__ import FULL_FRACTIONS, LOW_LOAD_FRACTION, config_from, parser
+from benchmarks.bench.options import FULL_FRACTIONS, LOW_LOAD_FRACTION, config_from, parser
 from build.catalogue import Catalogue
 from serving.errors import BenchmarkError
 from serving.repo import CATALOGUE
