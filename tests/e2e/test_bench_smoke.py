@@ -76,7 +76,10 @@ def test_numbers_consistent(report):
     ours, stock = report["results"]["ours"]["points"], report["results"]["stock"]["points"]
     assert {p["mode"] for p in ours} == {"closed", "open"} and {p["mode"] for p in stock} == {"closed", "open"}
     for point in ours + stock:
-        assert point["ok"] + sum(point["errors"].values()) == point["requests"]
+        # Open loop: every request scheduled in the reported windows, answered, failed or still
+        # unanswered when the point ended (a slow stock server leaves some in its 1 s windows).
+        assert point["ok"] + sum(point["errors"].values()) + point["unanswered"] == point["requests"]
+        assert point["mode"] == "open" or point["unanswered"] == 0
         lat = point["latency_ms"]
         if lat is None:  # a slow Poisson rate may schedule nothing in a 3 s smoke interval
             assert point["mode"] == "open" and point["ok"] == 0, point
