@@ -52,12 +52,12 @@ from serving import java, processes, properties, ts_logs
 from serving.client import Body, Client, Endpoints, Tokens
 from serving.errors import LauncherError, StartupError
 from serving.launch_spec import LOCAL_STORE, LaunchSpec, StartCommand, frozen
+from serving.readiness import Readiness
 from serving.repo import DEFAULT_CONFIG
 from serving.ts_config import ModelEntry, ModelSettings, ServerConfig
 
 MARKER_ENV = "TS_LAUNCHER_RUN"
 # Fail fast instead of waiting out the timeout when a model keeps failing to load.
-MAX_LOAD_FAILURES = 3
 # Free ports are probed then released before the JVM binds them: retry if one was taken meanwhile.
 BIND_ATTEMPTS = 3
 _BIND_FAILURE = re.compile(r"Failed to bind|Address already in use|BindException")
@@ -269,58 +269,9 @@ class TorchServe:
 
     def _wait_healthy(self, models: tuple[str, ...], deadline: float) -> None:
         run = self._require_run()
-        key_file = run.workdir / "key_file.json"
-        while self._client is None:
-            self._check_alive("starting")
-            if key_file.is_file():
-                try:
-                    self._client = Client(run.endpoints, Tokens.from_key_file(key_file))
-                except LauncherError:
-                    pass  # written while we read it; try again
-            self._sleep_until(deadline, "key_file.json never appeared")
-        while True:
-            self._check_alive("starting")
-            try:
-                if self._client.ping(timeout_s=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            self._sleep_until(deadline, "/ping never answered 200")
-        for name in models:
-            self._wait_model(name, deadline)
+        waits = Readiness(run.workdir, run.endpoints, self._java_pid, deadline, self.spec.start_timeout_s)
+        self._client = waits.wait(models)
         self._remember_tree()
-
-    def _wait_model(self, name: str, deadline: float) -> None:
-        client = self._require_client()
-        while True:
-            self._check_alive(f"loading {name}")
-            try:
-                resp = client.management("GET", f"/models/{name}", timeout=10)
-            except requests.ConnectionError:
-                # The management port binds a moment after the inference port answers /ping
-                # (seconds apart on a loaded machine): not up yet, not a failure.
-                self._sleep_until(deadline, "the management API never answered")
-                continue
-            if resp.status_code == 404:
-                raise StartupError(f"model {name!r} is not registered\n{self._tails()}")
-            if resp.ok:
-                desc = resp.json()[0]
-                ready = sum(1 for w in desc["workers"] if w.get("status") == "READY")
-                if ready >= max(1, int(desc.get("minWorkers", 1))):
-                    return
-            failures = ts_logs.load_failures(self._require_run().workdir, name)
-            if failures >= MAX_LOAD_FAILURES:
-                raise StartupError(f"model {name!r} failed to load {failures} times\n{self._tails()}")
-            self._sleep_until(deadline, f"model {name!r} has no READY worker")
-
-    def _sleep_until(self, deadline: float, what: str) -> None:
-        if time.monotonic() > deadline:
-            raise StartupError(f"timed out after {self.spec.start_timeout_s:.0f} s: {what}\n{self._tails()}")
-        time.sleep(0.5)
-
-    def _check_alive(self, doing: str) -> None:
-        if processes.process(self._java_pid) is None:
-            raise StartupError(f"TorchServe exited while {doing}\n{self._tails()}")
 
     def _remember_tree(self) -> None:
         for proc in processes.tree(processes.process(self._java_pid)):
