@@ -13,16 +13,16 @@ import contextlib
 import gc
 import http.client
 import queue
-import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from benchmarks.load import inputs, stats
+from benchmarks.load.arrivals import poisson_schedule
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
 from serving.errors import BenchmarkError
 
@@ -266,13 +266,15 @@ def closed_loop(target: Target, payloads: Sequence[Payload], concurrency: int, r
 
 def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: StabilityRule, window_s: float,
               connections: int = 64, seed: int = 0, drain_s: float = 30.0, probe: Probe = _nothing,
-              progress: Progress = print, stamp: Optional[Stamp] = None) -> LoadResult:
+              progress: Progress = print, stamp: Optional[Stamp] = None,
+              arrivals: Optional[Iterator[float]] = None) -> LoadResult:
     """Poisson arrivals at `rate` req/s, sent by up to `connections` concurrent clients.
 
     Latency runs from each request's scheduled arrival, whatever delayed its sending. After the
     last window no new arrivals are scheduled; those already scheduled get `drain_s` to be answered,
     then count as failed (status NO_RESPONSE). `stamp`: more headers per request from its scheduled
-    arrival (a client's deadline, benchmarks/reliability/deadlines.py).
+    arrival (a client's deadline, benchmarks/reliability/deadlines.py). `arrivals`: another
+    schedule than Poisson's, as increasing offsets (s) from the start (`per_connection_schedule`).
     """
     if rate <= 0:
         raise BenchmarkError(f"open-loop rate must be > 0, got {rate}")
@@ -286,9 +288,10 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
     deadline = [float("inf")]
 
     def dispatcher() -> None:
-        rng = random.Random(seed)
+        offsets = poisson_schedule(rate, seed) if arrivals is None else arrivals
+        start = time.perf_counter()
         k = 0
-        due = time.perf_counter() + rng.expovariate(rate)
+        due = start + next(offsets)
         while not stop.is_set():
             wait = due - time.perf_counter()
             if wait > 0 and stop.wait(wait):
@@ -296,7 +299,7 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
             lags.append(time.perf_counter() - due)
             pending.put((due, payloads[k % len(payloads)]))
             k += 1
-            due += rng.expovariate(rate)
+            due = start + next(offsets)
 
     def sender(conn: Connection) -> None:
         try:
