@@ -93,8 +93,22 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> CrossCheckConf
     sweep = tuple(sorted({1, 4, 16, args.connections}))
     return CrossCheckConfig(args.model, args.capacity, tuple(sorted(fractions)), args.connections, args.threads,
                             args.seconds, sweep, wrk2.executable(args.wrk), out,
-                            "python -m benchmarks.bench.crosscheck " + " ".join(argv),
+                            "python -m benchmarks.bench.crosscheck " + " ".join(without_paths(argv)),
                             overridden(args.model, args.workers, args.batch_size))
+
+
+def without_paths(argv: Sequence[str]) -> list[str]:
+    """argv as a report records it: wrk2's binary as `<wrk2>`, not a path of the machine that ran it."""
+    out, hide = [], False
+    for arg in argv:
+        if hide:
+            out.append("<wrk2>")
+        elif arg.startswith("--wrk="):
+            arg = "--wrk=<wrk2>"
+        if not hide:
+            out.append(arg)
+        hide = arg == "--wrk"
+    return out
 
 
 def overridden(model: str, workers: Optional[int], batch_size: Optional[int]) -> Optional[ModelSettings]:

@@ -121,7 +121,9 @@ def run(wrk: Path, lua: Path, target: Target, rate_rps: float, connections: int,
             f"--timeout={timeout_s:g}s", "-s", str(lua), f"http://{target.host}:{target.port}{target.path}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + timeout_s + 30, check=False)
     if keep is not None:
-        keep.write_text(" ".join(argv[:-3] + ["-s", "post.lua", argv[-1]]) + "\n" + done.stdout, encoding="utf-8")
+        # As typed, with the binary and the script by name: no path of the machine that ran it.
+        typed = ["wrk", *argv[1:-3], "-s", "post.lua", argv[-1]]
+        keep.write_text(" ".join(typed) + "\n" + done.stdout, encoding="utf-8")
     if done.returncode != 0:
         raise BenchmarkError(f"wrk2 exited {done.returncode}: {done.stderr[-2000:] or done.stdout[-2000:]}")
     return parse(done.stdout, rate_rps, connections, threads, seconds)

@@ -111,3 +111,9 @@ def test_under_a_thousand_requests_the_p90_stands_in() -> None:
     assert found["low_load_tail"]["quantile"] == "p90"
     assert found["low_load_tail"]["bound_ms"] == 14.0  # 2 x the one connection's p90
     assert "7.0 / p90 10.0 (900)" in markdown(found)
+
+
+def test_reports_record_no_path_of_the_machine() -> None:
+    argv = ["--model", "m", "--wrk", "/tmp/wrk2/wrk", "--capacity", "9"]
+    assert crosscheck.without_paths(argv) == ["--model", "m", "--wrk", "<wrk2>", "--capacity", "9"]
+    assert crosscheck.without_paths(["--wrk=/opt/wrk"]) == ["--wrk=<wrk2>"]
