@@ -66,6 +66,17 @@ def sentences() -> list[str]:
     return out
 
 
+def distinct_texts(pool: Sequence[str], count: int, seed: int) -> list[str]:
+    """`count` distinct texts, each two sentences of `pool`, in a seeded random order. The order matters:
+    Python's documentation runs in topics whose sentences differ in length by region, so texts in the
+    order they are made would give each arm and each point a different cost per request."""
+    texts = [f"{pool[i % len(pool)]} {pool[(i // len(pool)) % len(pool)]}" for i in range(count)]
+    if len(set(texts)) != count:
+        raise SystemExit(f"error: {len(pool)} sentences make fewer than {count} distinct pairs: lower --distinct")
+    order = np.random.default_rng(seed).permutation(count)
+    return [texts[i] for i in order]
+
+
 def zipf_order(universe: int, count: int, s: float, seed: int) -> np.ndarray:
     weights = 1.0 / np.arange(1, universe + 1) ** s
     return np.random.default_rng(seed).choice(universe, size=count, p=weights / weights.sum())
@@ -261,8 +272,7 @@ def main(argv=None) -> int:
     universe = pool[:args.universe]
     zipf = [universe[i] for i in zipf_order(args.universe, 200_000, args.zipf_s, seed=0)]
     # All distinct: pairs of sentences, none of them the Zipf universe's, never sent twice.
-    rest = pool[args.universe:]
-    distinct = [f"{rest[i % len(rest)]} {rest[(i // len(rest)) % len(rest)]}" for i in range(args.distinct)]
+    distinct = distinct_texts(pool[args.universe:], args.distinct, seed=0)
     # Three disjoint thirds of the all-distinct inputs: the cache arm's search, the no-cache arm's, the pairs.
     third = len(distinct) // 3
     workloads = {

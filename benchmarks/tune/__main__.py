@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional
 
+from benchmarks.load.stats import P99_MIN_SAMPLES
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
 from benchmarks.tune.mix import options as mix_cli
@@ -92,8 +93,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--tie-pct", type=float, default=10.0,
                    help="prefer a shorter batch delay whose capacity is within this %% of the best (low-load latency); "
                         "0: capacity alone")
-    g.add_argument("--ttft-samples", type=int, default=60,
-                   help="a generating model (causal_lm): requests per candidate at least, for its TTFT p99")
+    g.add_argument("--ttft-samples", type=int, default=P99_MIN_SAMPLES,
+                   help="a generating model (causal_lm): requests per candidate at least; the choice reads their "
+                        f"TTFT p99, which needs {P99_MIN_SAMPLES:,}")
     g.add_argument("--grid", action="store_true", help="also measure every candidate (model-free), to compare")
     g = p.add_argument_group("load (one open-loop point)")
     g.add_argument("--window-s", type=float, default=2.0)
