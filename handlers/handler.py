@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 from handlers import kserve, runtime, tracing
-from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
+from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, Arrival, ServiceTime
 from handlers.deadlines import read as read_deadlines
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import ConfigError, HandlerError, ServerFault
@@ -31,11 +31,13 @@ from handlers.onnx_session import OnnxModule, load_onnx
 from handlers.openai import envelope as openai_envelope
 from handlers.openai import routes
 from handlers.openai.errors import OpenAIError, error_body
+from handlers.prepared import Prepared
 from handlers.profiling import make_profiler, region
 from handlers.request_parts import content_type, request_body, request_headers
 from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
 from handlers.stage_metrics import StageClock, TracedClock, emit, emit_cache, emit_deadlines
+from handlers.worker_batcher import max_batch
 from handlers.worker_threads import worker_threads
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,8 @@ class Handler:
         self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"))
         rt = self.settings.runtime
         self.device = runtime.choose_device(props.get("gpu_id"))
-        self.max_batch_size = int(props.get("batch_size") or 1)
+        self.max_batch_size = max_batch(rt, yaml_config, int(props.get("batch_size") or 1),
+                                        family_class(self.settings.family).generates, self.model_name)
         workers = runtime.sibling_worker_count()
         own = yaml_config.get("minWorkers")
         self.threads, threads_from = worker_threads(rt, self.model_name, _model_version(context),
@@ -122,10 +125,11 @@ class Handler:
         self.initialized = True
         log.info(
             "%s ready in %.1fs: family=%s variant=%s device=%s threads=%d (from %s; workers=%d) precision=%s graph=%s "
-            "max_batch=%d frozen_objects=%d%s",
+            "max_batch=%d (%s batching) frozen_objects=%d%s",
             self.model_name, time.perf_counter() - started, self.settings.family,
             self.settings.variant or "-", self.device, self.threads,
-            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
+            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, rt.batching, frozen,
+            self._session_label(),
         )
 
     def _session_label(self) -> str:
@@ -170,20 +174,23 @@ class Handler:
             if self.profiler is not None:
                 self.profiler.step()  # one decoding step (continuous batching) or one whole batch
             return answers
+        return self.complete(self.prepare(data, context))
+
+    def prepare(self, data: list[Any], context, arrivals: Optional[list[Arrival]] = None) -> Prepared:
+        """The request loop's first stage: refusals, cached answers, deadlines, decoding and collating.
+        `arrivals`: when each request reached the worker (a batch the worker formed itself)."""
         tracer = self.tracing  # off: this check and a no-op clock.mark are all that tracing costs a batch
-        clock = StageClock() if tracer is None else TracedClock()
-        results: list[Optional[bytes]] = [None] * len(data)
-        refused: dict[int, HandlerError] = {}
-        deadlines, malformed = read_deadlines(lambda idx: request_headers(context, idx), len(data),
-                                              self.settings.runtime.deadline_ms)
+        batch = Prepared(context, len(data), StageClock() if tracer is None else TracedClock(), [None] * len(data))
+        clock, results, refused = batch.clock, batch.results, batch.refused
+        batch.deadlines, malformed = read_deadlines(lambda idx: request_headers(context, idx), len(data),
+                                                    self.settings.runtime.deadline_ms, arrivals)
         self._refuse(context, results, refused, malformed)
-        keys, todo, same_as = self._cached(data, context, results, [i for i in range(len(data)) if i not in refused])
+        batch.keys, todo, batch.same_as = self._cached(data, context, results,
+                                                       [i for i in range(len(data)) if i not in refused])
         # A cached answer costs nothing and goes out whatever its deadline; the rest need time for a batch.
-        expired = deadlines.expire(todo, BEFORE_DECODE, self.service_time)
+        expired = batch.deadlines.expire(todo, BEFORE_DECODE, self.service_time)
         self._refuse(context, results, refused, expired)
         todo = [idx for idx in todo if idx not in expired]
-        # Per accepted request: (its index, its envelope or None, where its items start, how many).
-        spans: list[tuple[int, Optional[kserve.Envelope], int, int]] = []
         items: list[Any] = []
 
         started = clock.start()
@@ -196,24 +203,30 @@ class Handler:
                 else:
                     accepted.append((idx, outcome))
             # Decoding the batch may have used up a request's budget: it leaves the batch uncomputed.
-            expired = deadlines.expire((idx for idx, _ in accepted), BEFORE_INFERENCE, self.service_time)
+            expired = batch.deadlines.expire((idx for idx, _ in accepted), BEFORE_INFERENCE, self.service_time)
             self._refuse(context, results, refused, expired)
             for idx, (envelope, decoded) in accepted:
                 if idx not in expired:
-                    spans.append((idx, envelope, len(items), len(decoded)))
+                    batch.spans.append((idx, envelope, len(items), len(decoded)))
                     items.extend(decoded)
             clock.mark("decoded")
-            inputs = self.family.collate(items) if items else None
+            batch.items = len(items)
+            batch.inputs = self.family.collate(items) if items else None
         clock.stop("preprocess", started)
+        return batch
 
-        if items:
+    def complete(self, batch: Prepared) -> list[Optional[bytes]]:
+        """The request loop's second stage: the forward pass, post-processing, the answers' bytes, the
+        cache, the counters."""
+        context, clock, results, spans = batch.context, batch.clock, batch.results, batch.spans
+        if batch.items:
             started = clock.start()
             with region(self.profiler, "inference"):
-                outputs = self.infer(inputs)
+                outputs = self.infer(batch.inputs)
             clock.stop("inference", started)
             started = clock.start()
             with region(self.profiler, "postprocess"):
-                answers = self.family.postprocess(outputs, inputs)
+                answers = self.family.postprocess(outputs, batch.inputs)
                 for idx, envelope, first, count in spans:
                     results[idx] = self.encode(context, idx, answers[first:first + count], envelope)
             clock.stop("postprocess", started)
@@ -222,14 +235,14 @@ class Handler:
             if count == 0:
                 results[idx] = self.encode(context, idx, [], envelope)
         if self.response_cache is not None:
-            self._remember(context, keys, same_as, results, refused)
-        deadlines.count_late(idx for idx, _, _, _ in spans)
-        if items:
+            self._remember(context, batch.keys, batch.same_as, results, batch.refused)
+        batch.deadlines.count_late(idx for idx, _, _, _ in spans)
+        if batch.items:
             self.service_time.update(clock.elapsed_ms)
-        emit(getattr(context, "metrics", None), self.model_name, clock, len(items))
-        emit_deadlines(getattr(context, "metrics", None), self.model_name, deadlines)
-        if tracer is not None:
-            tracer.record_batch(context, len(data), [idx for idx, *_ in spans], refused, clock, len(items))
+        emit(getattr(context, "metrics", None), self.model_name, clock, batch.items)
+        emit_deadlines(getattr(context, "metrics", None), self.model_name, batch.deadlines)
+        if self.tracing is not None:
+            self.tracing.record_batch(context, batch.size, [idx for idx, *_ in spans], batch.refused, clock, batch.items)
         if self.profiler is not None:
             self.profiler.step()
         return results
