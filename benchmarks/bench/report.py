@@ -31,8 +31,18 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return a / b if a and b else None
 
 
+def low_load(run: ServerRun) -> dict:
+    """The tail at low load: the open-loop point at the lowest rate (after a capacity search, the one at
+    a share of that capacity)."""
+    opened = [p.figures for p in run.points if p.figures["mode"] == "open" and p.figures["latency_ms"]]
+    f = min(opened, key=lambda f: f["level"], default=None)
+    latency = (f or {}).get("latency_ms") or {}
+    return {"low_load_rps": f["throughput_rps"] if f else None, "low_load_p99_ms": latency.get("p99_ms"),
+            "low_load_p90_ms": latency.get("p90_ms"), "low_load_samples": latency.get("count")}
+
+
 def summarize(runs: Mapping[str, ServerRun], inprocess: dict, slo_ms: float) -> dict:
-    ours = summary(runs["ours"], slo_ms)
+    ours = {**summary(runs["ours"], slo_ms), **low_load(runs["ours"])}
     stock = summary(runs["stock"], slo_ms) if "stock" in runs else None
     limit = inprocess["items_per_s"]
     out = {
@@ -44,8 +54,9 @@ def summarize(runs: Mapping[str, ServerRun], inprocess: dict, slo_ms: float) -> 
         "speedup_at_slo": _ratio(ours["slo_rps"], stock and stock["slo_rps"]),
         "efficiency_at_peak": _ratio(ours["peak_rps"], limit),
         "efficiency_at_slo": _ratio(ours["slo_rps"], limit),
-        # Other archives of the same model (--compare-variant) under the same settings and load.
-        "variants": {label: summary(run, slo_ms) for label, run in runs.items() if label not in ("ours", "stock")},
+        # Other archives of the same model (--compare-variant, --compare-batching) under the same settings and load.
+        "variants": {label: {**summary(run, slo_ms), **low_load(run)} for label, run in runs.items()
+                     if label not in ("ours", "stock")},
     }
     out["sentences"] = sentences(out)
     out["verdict"] = out["sentences"][0]
@@ -91,9 +102,18 @@ def sentences(s: dict) -> list[str]:
                  f"({stats.tail_text(_at(stock, 'peak'), 0)}): {_x(s['speedup_at_peak'])}")
     compared = [f"Same settings and load, {label}: {_fmt(v['slo_rps'])} req/s at p99 <= {slo:g} ms (ours "
                 f"{_ratio(ours['slo_rps'], v['slo_rps']) or 0:.2f}x that)"
-                + (f", closed-loop peak {_fmt(v['peak_rps'])} req/s." if v["peak_rps"] is not None else ".")
+                + (f", closed-loop peak {_fmt(v['peak_rps'])} req/s" if v["peak_rps"] is not None else "")
+                + _low_load_text(v, ours) + "."
                 for label, v in (s.get("variants") or {}).items()]
     return [verdict, peak + ".", *compared]
+
+
+def _low_load_text(one: dict, ours: dict) -> str:
+    """", at low load p99 X ms at R req/s (ours: ...)" where both runs have a low-load point."""
+    if one.get("low_load_rps") is None or ours.get("low_load_rps") is None:
+        return ""
+    return (f", at low load {stats.tail_text(_at(one, 'low_load'), 1)} at {_fmt(one['low_load_rps'])} req/s "
+            f"(ours {stats.tail_text(_at(ours, 'low_load'), 1)} at {_fmt(ours['low_load_rps'])} req/s)")
 
 
 def csv_row(server: str, f: dict) -> dict[str, object]:
@@ -149,6 +169,9 @@ def markdown(report: dict) -> str:
               f"{report['reference']['inprocess']['threads']} threads, x {report['reference']['inprocess'].get('workers', 1)} "
               f"worker(s): {report['reference']['inprocess']['items_per_s']:.1f} items/s"
               f" (other processes meanwhile: {report['reference']['inprocess'].get('others_cpu_pct', 0):.0f}% of a core)",
+              *([f"- worker batching: ours' archive with runtime {cfg['worker_batching']['runtime']}, batchSize 1 in "
+                 "the frontend (TorchServe's asynchronous mode), the same workers, threads and load"]
+                if cfg.get("worker_batching") else []),
               f"- p99 target: {s['slo_ms']:g} ms", ""]
     lines += ["## Summary", "", "| | ours | stock | in-process |", "|---|---|---|---|",
               f"| peak req/s | {_fmt(s['ours']['peak_rps'])} | {_fmt((s['stock'] or {}).get('peak_rps'))} "
