@@ -7,7 +7,9 @@ through ``context.set_response_status(code, message, idx)`` and its batch-mates 
 normally; an error no check foresaw is that request's 500, logged with its traceback. A request
 whose deadline (handlers/deadlines.py) has passed gets its 504 without being computed. A KServe
 v1 / Open Inference Protocol v2 request (handlers/kserve.py) adds one item per instance to the
-batch's forward pass and is answered in its own protocol.
+batch's forward pass and is answered in its own protocol. The loop is two stages, `prepare` (up to
+the collated batch) and `complete` (the model onwards): worker batching (handlers/worker_batcher.py)
+runs them on two threads, one batch's inference beside the next one's decoding.
 """
 
 from __future__ import annotations
