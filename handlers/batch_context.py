@@ -26,6 +26,7 @@ class BatchContext:
         self.model_yaml_config = getattr(first, "model_yaml_config", None)
         # The handler's metrics are logged as they are added: any one message's object reports them.
         self.metrics = getattr(first, "metrics", None)
+        self.cl_socket = getattr(first, "cl_socket", None)  # the worker's one socket: where a message goes
         self.request_ids = {idx: _request_id(context, at) for idx, (context, at) in enumerate(self.parts)}
         self.stopping_criteria = None
 

@@ -2,8 +2,8 @@
 
 The frontend hands the worker each request as it arrives and never waits for a step; every request
 is one coroutine here (`async def handle`, ts/async_service.py). It checks its request, hands it to
-the engine loop (engine_loop.py: one thread stepping the continuous batch at the engine's speed),
-then sends what the loop makes, everything that arrived since its last message in one:
+the engine loop (engine_loop.py: a task on the same asyncio loop stepping the continuous batch at the
+engine's speed), then sends what the loop makes, everything that arrived since its last message in one:
 
 - /predictions/<model>: NDJSON lines when streamed (`{"text": ...}`, the last one with
   finish_reason and token counts), else one JSON answer: the text and the summary of the
@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Optional, Union
 
 from handlers import kserve
+from handlers.batch_context import BatchContext
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError
 from handlers.generation.engine import Engine
@@ -38,9 +39,6 @@ from handlers.openai.models import model_response, models_response
 from handlers.request_parts import request_headers
 
 log = logging.getLogger(__name__)
-
-Sender = Callable[[str], Awaitable[None]]
-
 
 class AsyncGenerationService:
     """`decode(data, context, indices) -> [GenerationRequest | HandlerError]` and `reject(context, idx,
@@ -60,18 +58,17 @@ class AsyncGenerationService:
         self.priority_of = priority_of
         self.send = send
         self.warm_request = warm_request
-        self.loop = EngineLoop(engine, max_running, on_stats=None if emit is None else (lambda s: emit(s, engine)))
+        self.outbox = StepMessages(lambda context, chunks: self.send(context, chunks))
+        self.loop = EngineLoop(engine, max_running, on_stats=None if emit is None else (lambda s: emit(s, engine)),
+                               after_step=self.outbox.flush)
         self.loaded_at = int(time.time())
-        self._started = False
 
     def warm_up(self, size: int) -> None:
         """A few tokens for `size` sequences at once, before the loop owns the engine."""
         self.engine.generate([(f"warm-up-{i}", self.warm_request) for i in range(size)])
 
     async def handle(self, data: list[Any], context) -> list[bytes]:
-        if not self._started:  # the loop takes the engine once warm-up and start-up are over
-            self.loop.start()
-            self._started = True
+        self.loop.ensure_running()  # the loop takes the engine once warm-up and start-up are over
         return list(await asyncio.gather(*(self._one(data, context, idx) for idx in range(len(data)))))
 
     async def _one(self, data: list[Any], context, idx: int) -> bytes:
@@ -88,11 +85,10 @@ class AsyncGenerationService:
         request: GenerationRequest = outcome
         context.set_response_content_type(idx, NDJSON if request.stream else JSON)
 
-        async def line(text: str) -> None:
-            self.send(context, {idx: json_bytes({"text": text}) + b"\n"})
+        def line(text: str) -> bytes:
+            return json_bytes({"text": text}) + b"\n"
 
-        text, last = await self._generate(context.request_ids[idx], request, priority,
-                                          line if request.stream else None)
+        text, last = await self._generate((context, idx), request, priority, line if request.stream else None)
         if isinstance(last, Failed):
             return self.reject(context, idx, last.error)
         answer = json_bytes({"text": text, "finish_reason": last.finish, "prompt_tokens": last.prompt_tokens,
@@ -107,26 +103,27 @@ class AsyncGenerationService:
             return BadInput(f"X-Priority: {priority[:40]!r} is not one of high, normal, low")
         return PRIORITIES[priority.strip().lower()]
 
-    async def _generate(self, key: str, request: GenerationRequest, priority: int,
-                        stream: Optional[Sender]) -> tuple[str, Union[Done, Failed]]:
-        """Run one request through the loop; `stream`, if given, gets the text as it comes (one
-        call per batch of events); returns the text not streamed and the last event."""
-        events: asyncio.Queue[Event] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        self.loop.submit(Ticket(key, request, lambda event: loop.call_soon_threadsafe(events.put_nowait, event),
-                                priority))
-        pending: list[str] = []
-        while True:
-            arrived = [await events.get()]
-            while not events.empty():  # whatever came meanwhile goes out in one message
-                arrived.append(events.get_nowait())
-            pending.extend(e.text for e in arrived if isinstance(e, (Chunk, Done)))
-            last = arrived[-1]
-            if isinstance(last, (Done, Failed)):
-                return "".join(pending), last
-            if stream is not None and any(pending):
-                await stream("".join(pending))
-                pending.clear()
+    async def _generate(self, where: tuple[Any, int], request: GenerationRequest, priority: int,
+                        stream: Optional[Callable[[str], bytes]]) -> tuple[str, Union[Done, Failed]]:
+        """Run one request (`where`: its context and index) through the loop. `stream`, if given,
+        turns new text into the bytes to send; they go out with the other requests' of the same
+        step in one message (StepMessages). Returns the text not streamed and the last event."""
+        context, idx = where
+        finished: asyncio.Future = asyncio.get_running_loop().create_future()
+        kept: list[str] = []
+
+        def deliver(event: Event) -> None:  # on the loop's thread, from the engine loop's step
+            if isinstance(event, Chunk):
+                if stream is None:
+                    kept.append(event.text)
+                elif event.text:
+                    self.outbox.add(context, idx, stream(event.text))
+            elif not finished.done():
+                finished.set_result(event)
+
+        self.loop.submit(Ticket(context.request_ids[idx], request, deliver, priority))
+        last = await finished
+        return "".join(kept) + (last.text if isinstance(last, Done) else ""), last
 
     # ---- OpenAI's API ----------------------------------------------------------------------------
     async def _openai(self, request: Any, context, idx: int, url_path: str) -> bytes:
@@ -145,7 +142,7 @@ class AsyncGenerationService:
             context.set_response_status(err.status, err.message[:200], idx)
             return error_body(err)
         if not call.stream:
-            text, last = await self._generate(context.request_ids[idx], call.request, priority, None)
+            text, last = await self._generate((context, idx), call.request, priority, None)
             if isinstance(last, Failed):
                 context.set_response_status(last.error.status, last.error.message[:200], idx)
                 return error_body(last.error)
@@ -153,11 +150,12 @@ class AsyncGenerationService:
         context.set_response_content_type(idx, sse.CONTENT_TYPE)
         first = [True]
 
-        async def event(text: str) -> None:
-            self.send(context, {idx: responses.chunk(call, text, first=first[0])})
+        def event(text: str) -> bytes:
+            piece = responses.chunk(call, text, first=first[0])
             first[0] = False
+            return piece
 
-        text, last = await self._generate(context.request_ids[idx], call.request, priority, event)
+        text, last = await self._generate((context, idx), call.request, priority, event)
         if isinstance(last, Failed):  # the stream has started: the error is its last event
             return error_event(last.error) + sse.DONE
         end = responses.chunk(call, text, first=first[0]) if text or first[0] else b""
@@ -171,6 +169,28 @@ class AsyncGenerationService:
                               family.chat_template, family.bos_token or "", family.eos_token or "",
                               request_id=request_id)
         return parse_completion(body, family.encode, family.limits, self.model_name, request_id=request_id)
+
+
+class StepMessages:
+    """What one engine step streams, to every request it moved, sent as one TorchServe message: per
+    step, one encoding and one socket write in the worker and one message for the frontend to read,
+    instead of one per request."""
+
+    def __init__(self, send: Callable[[Any, dict[int, bytes]], None]) -> None:
+        self.send = send
+        self._pending: dict[tuple[int, int], tuple[Any, int, bytes]] = {}
+
+    def add(self, context, idx: int, data: bytes) -> None:
+        key = (id(context), idx)
+        _, _, before = self._pending.get(key, (context, idx, b""))
+        self._pending[key] = (context, idx, before + data)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        parts, self._pending = list(self._pending.values()), {}
+        self.send(BatchContext([(context, idx) for context, idx, _ in parts]),
+                  {n: data for n, (_, _, data) in enumerate(parts)})
 
 
 def _body(request: Any) -> Any:

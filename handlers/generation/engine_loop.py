@@ -1,10 +1,16 @@
-"""The engine at its own speed: one thread per worker steps the continuous batch for as long as any
+"""The engine at its own speed: one task per worker steps the continuous batch for as long as any
 sequence runs, and requests join it as they arrive (TorchServe's asynchronous worker mode hands the
 handler each request when it comes, instead of calling it once per decoding step).
 
     loop = EngineLoop(engine, max_running=0, on_stats=...)
-    loop.start()
+    loop.ensure_running()                                  # on the worker's asyncio loop
     loop.submit(Ticket(key, request, priority, deliver))   # deliver(event) is called from the loop
+
+The task runs on the asyncio loop's own thread, the worker's main thread, one step at a time,
+yielding to the loop between steps (which is when arrivals are taken and new text is sent). Torch
+from a second thread of the worker ran this model's steps at under half their speed with two
+intra-op threads, and a second thread contends for the GIL with the sends
+([optimisations](../../docs/optimisations.md#the-generation-engine)).
 
 Each iteration admits what arrived (a prefill; the new sequences get their first token), then
 advances every running sequence by one token (or several, speculating), then hands each sequence's
@@ -15,9 +21,9 @@ step-per-call mode (serving.py): high first, then normal, then low, each in orde
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,7 +63,7 @@ Event = Union[Chunk, Done, Failed]
 
 @dataclass
 class Ticket:
-    """One request in the loop: what to generate, and where its events go (called from the loop's thread)."""
+    """One request in the loop: what to generate, and where its events go (called on the asyncio loop)."""
 
     key: str
     request: GenerationRequest
@@ -83,75 +89,91 @@ IDLE_WAIT_MIN_S = 0.05  # an idle loop wakes at most this often, whatever stats_
 
 class EngineLoop:
     def __init__(self, engine: Engine, max_running: int = 0, on_stats: Optional[Callable[[LoopStats], None]] = None,
-                 stats_every_s: float = 1.0) -> None:
+                 stats_every_s: float = 1.0, after_step: Callable[[], None] = lambda: None) -> None:
+        """`after_step`: called once a step's events are delivered (to send what they made at once)."""
         self.engine = engine
+        self.after_step = after_step
         self.max_running = max_running
         self.on_stats = on_stats
         self.stats_every_s = stats_every_s
-        self._inbox: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+        self._inbox: collections.deque[tuple[str, object]] = collections.deque()
         self._tickets: dict[str, Ticket] = {}
         self._waiting: list[Generation] = []
         self._stats = LoopStats()
         self._reported = time.perf_counter()
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._task: Optional[asyncio.Task] = None
+        self._arrived: Optional[asyncio.Event] = None
 
-    def start(self) -> EngineLoop:
-        self._thread.start()
-        return self
+    def ensure_running(self) -> None:
+        """Start the loop's task on the running asyncio loop unless it already runs there."""
+        if self._task is not None and not self._task.done() and self._task.get_loop() is asyncio.get_running_loop():
+            return
+        self._stopped = False
+        self._arrived = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-loop")
 
     def submit(self, ticket: Ticket) -> None:
-        self._inbox.put(("submit", ticket))
+        self._put(("submit", ticket))
 
     def stop(self) -> None:
-        """End the loop's thread (the requests it still holds are dropped unanswered)."""
-        self._inbox.put(("stop", None))
-        self._thread.join(timeout=5)
+        """End the loop's task (the requests it still holds are dropped unanswered)."""
+        self._stopped = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
 
     def cancel(self, key: str) -> None:
         """Release the request's sequence at the next step (its client is gone)."""
-        self._inbox.put(("cancel", key))
+        self._put(("cancel", key))
+
+    def _put(self, item: tuple[str, object]) -> None:
+        self._inbox.append(item)
+        if self._arrived is not None:
+            self._arrived.set()
 
     # ---- the loop ----------------------------------------------------------------------------
-    def _run(self) -> None:
+    async def _run(self) -> None:
         while not self._stopped:
-            if not self.engine.running and not self._waiting:
+            if not self.engine.running and not self._waiting and not self._inbox:
+                self._arrived.clear()
                 try:  # idle: wait for a request, reporting the (idle) gauges meanwhile
-                    self._take(self._inbox.get(timeout=max(self.stats_every_s, IDLE_WAIT_MIN_S)))
-                except queue.Empty:
+                    await asyncio.wait_for(self._arrived.wait(), timeout=max(self.stats_every_s, IDLE_WAIT_MIN_S))
+                except TimeoutError:
                     self._report()
                     continue
-            self._take_arrived()
-            if self._stopped:
-                return
-            starting = self._starting()
-            try:
-                if starting:
-                    self.engine.admit(starting)
-                    for seq in starting:
-                        self._stats.tokens += 1
-                        self._stats.ttft_ms.append((seq.token_times[0] - self._tickets[seq.key].arrived) * 1000.0)
-                    self._deliver(starting)
-                moved = self.engine.step() if self.engine.running else []
-                self._stats.steps += bool(moved)
-                for seq in moved:
-                    self._stats.tokens += seq.added
-                    gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
-                    self._stats.gaps_ms.extend([gap / seq.added] * seq.added)
-                self._deliver([seq for seq in moved if seq not in starting])
-            except Exception:  # a fault of ours: the requests the loop holds get a 5xx, the loop goes on
-                log.exception("generation step failed: failing %d sequence(s)", len(self.engine.running))
-                self._fail([*starting, *self.engine.running],
-                           ServerFault("generation failed (the model log has the traceback)"))
-            self._report()
+            self.iterate()
+            await asyncio.sleep(0)  # the loop takes arrivals and sends what this step made
 
-    def _take(self, item: Optional[tuple[str, object]]) -> None:
-        if item is None:
+    def iterate(self) -> None:
+        """Admit what arrived, advance every running sequence one step, hand out the new text."""
+        self._take_arrived()
+        if self._stopped:
             return
+        starting = self._starting()
+        try:
+            if starting:
+                self.engine.admit(starting)
+                for seq in starting:
+                    self._stats.tokens += 1
+                    self._stats.ttft_ms.append((seq.token_times[0] - self._tickets[seq.key].arrived) * 1000.0)
+                self._deliver(starting)
+            moved = self.engine.step() if self.engine.running else []
+            self._stats.steps += bool(moved)
+            for seq in moved:
+                self._stats.tokens += seq.added
+                gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
+                self._stats.gaps_ms.extend([gap / seq.added] * seq.added)
+            self._deliver([seq for seq in moved if seq not in starting])
+            self.after_step()
+        except Exception:  # a fault of ours: the requests the loop holds get a 5xx, the loop goes on
+            log.exception("generation step failed: failing %d sequence(s)", len(self.engine.running))
+            self._fail([*starting, *self.engine.running],
+                       ServerFault("generation failed (the model log has the traceback)"))
+        self._report()
+
+    def _take(self, item: tuple[str, object]) -> None:
         kind, value = item
-        if kind == "stop":
-            self._stopped = True
-        elif kind == "submit":
+        if kind == "submit":
             ticket = value
             seq = self.engine.new_sequence(ticket.key, ticket.request)
             seq.priority = ticket.priority
@@ -165,11 +187,8 @@ class EngineLoop:
             self._tickets.pop(value, None)
 
     def _take_arrived(self) -> None:
-        while True:
-            try:
-                self._take(self._inbox.get_nowait())
-            except queue.Empty:
-                return
+        while self._inbox:
+            self._take(self._inbox.popleft())
 
     def _starting(self) -> list[Generation]:
         """The waiting sequences that start now: every high-priority one, and others while fewer
