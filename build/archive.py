@@ -89,6 +89,8 @@ def input_hash(entry_raw, root: Path, sources: Iterable[Path], extras: Iterable[
     digest = hashlib.sha256()
     digest.update(json.dumps(entry_raw, sort_keys=True, default=str).encode())
     digest.update(f"torch={torch.__version__} archiver={archiver_version}".encode())
+    # A TorchScript graph is traced at the precision this CPU runs natively: another CPU, another graph.
+    digest.update(f"native bf16={runtime.cpu_supports(torch.bfloat16)} fp16={runtime.cpu_supports(torch.float16)}".encode())
     for path in [*handler_package_files(), *sources, *extras]:
         digest.update(str(path.name).encode())
         with open(path, "rb") as handle:

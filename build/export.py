@@ -54,6 +54,9 @@ def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> dic
         rt["graph"] = variant.kind.graph
     if variant.kind.precision is not None:
         rt["precision"] = variant.kind.precision
+    if variant.serialisation == "torchscript" and runtime.resolve_precision(rt.get("precision", "fp32"),
+                                                                             torch.device("cpu")) is None:
+        rt["precision"] = "fp32"  # traced as this CPU runs it (no native bf16/fp16): the archive says so
     if variant.serialisation == "onnx":
         rt["channels_last"] = False  # a torch memory format: ONNX Runtime takes NCHW
     section["runtime"] = rt

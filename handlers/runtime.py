@@ -96,11 +96,16 @@ def resolve_precision(requested: str, device: torch.device) -> Optional[torch.dt
     return dtype
 
 
+# The instructions that run a reduced precision natively. oneDNN also runs bf16 on plain AVX-512,
+# converting in software, and slower than fp32 (docs/optimisations.md#precision).
+_NATIVE = {torch.bfloat16: ("avx512_bf16", "amx_bf16"), torch.float16: ("avx512_fp16", "amx_fp16")}
+
+
 def cpu_supports(dtype: torch.dtype) -> bool:
-    """Whether oneDNN runs this reduced precision natively here (bf16: AVX-512 BF16 or AMX)."""
-    if dtype is torch.bfloat16:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    """Whether this CPU runs the reduced precision natively (bf16: AVX-512 BF16 or AMX; fp16:
+    AVX-512 FP16 or AMX), not only by oneDNN's conversions."""
+    capabilities = torch.cpu.get_capabilities()
+    return any(capabilities.get(name, False) for name in _NATIVE[dtype])
 
 
 def autocast(device: torch.device, dtype: Optional[torch.dtype]):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -147,6 +148,31 @@ def tiny_llama(folder: Path, seed: int = SEED) -> Path:
     return folder
 
 
+def llama_archive(llama: Path, root: Path, causal_lm: dict, chat_jinja: Optional[str] = None) -> Path:
+    """The real build of a one-entry catalogue serving the Llama folder `llama` as a user writes it
+    (no token settings; `causal_lm`: limits and the like); `chat_jinja`: a chat_template.jinja
+    beside its files, as transformers 5 saves one. Returns the archive (under root/store)."""
+    import shutil
+
+    import build.speed
+    from build.archive import build_entry
+    from build.catalogue import Catalogue
+
+    shutil.copytree(llama, root / "llama")
+    if chat_jinja is not None:
+        (root / "llama" / "chat_template.jinja").write_text(chat_jinja)
+    entry = {"version": "1.0", "family": "causal_lm", "model": {"huggingface": {"path": "llama"}},
+             "settings": {"runtime": {"precision": "fp32", "warmup": False}, "causal_lm": causal_lm},
+             "examples": [{"json": {"prompt": "The for statement", "max_new_tokens": 4}}]}
+    (root / "catalogue.yaml").write_text(yaml.safe_dump({"models": {"llama": entry}}))
+    saved, build.speed.SECONDS = build.speed.SECONDS, 0.05  # the report's speed figures: not what is tested
+    try:
+        return build_entry(Catalogue.load(root / "catalogue.yaml"), "llama", root, root / "store",
+                           progress=lambda _: None).archive
+    finally:
+        build.speed.SECONDS = saved
+
+
 def _jpeg(seed: int) -> bytes:
     import io
 
@@ -206,7 +232,9 @@ def catalogue_entries() -> dict:
             "version": "1.0", "family": "causal_lm",
             "model": {"huggingface": {"path": "tiny_gpt2"}},
             "settings": {"runtime": runtime,
-                         "causal_lm": {"max_prompt_tokens": 64, "max_new_tokens": 64, "default_max_new_tokens": 8}},
+                         # The step mode: the generation unit tests drive it call by call; async tests switch.
+                         "causal_lm": {"max_prompt_tokens": 64, "max_new_tokens": 64, "default_max_new_tokens": 8,
+                                       "mode": "step"}},
             "examples": [{"json": {"prompt": "The for statement", "max_new_tokens": 4}}],
             "slo_ms": 100,
         },

@@ -22,6 +22,7 @@ from pathlib import Path
 from benchmarks.bench import generation_features as features
 from benchmarks.bench import generation_modes as modes
 from benchmarks.bench import generation_openai
+from benchmarks.bench.generation_modes import settings_for
 from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.bench.inprocess import extracted_archive
 from benchmarks.load import stats
@@ -30,14 +31,13 @@ from serving.errors import BenchmarkError
 from serving.fake_context import FakeContext
 from serving.launcher import TorchServe
 from serving.repo import MODEL_STORE, REPORTS, shown
-from serving.ts_config import ModelSettings
 
 # The KV cache and continuous batching compared alone: speculation and the prefix cache have their own rows.
 PLAIN = {"speculation": "off", "prefix_cache_mib": 0}
 
 
 # ---- in-process ----------------------------------------------------------------------------------
-def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
+def inprocess(model: str, new_tokens: int, repeats: int, clients: int) -> dict:
     """KV cache vs recomputing every step, one sequence, `new_tokens` tokens (ignore_eos), same handler."""
     from handlers.handler import Handler
 
@@ -62,11 +62,10 @@ def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
                 f"recompute {rates['recompute'][-1]:.0f} tokens/s")
         batch = {}
         for size in (1, 8):
-            requests = [(f"b{i}", family.decode({"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": new_tokens,
-                                                 "ignore_eos": True}, "")) for i in range(size)]
             started = time.perf_counter()
-            engine.generate(requests)
+            engine.generate(batch_requests(family, size, new_tokens))
             batch[str(size)] = round(size * new_tokens / (time.perf_counter() - started), 1)
+        by_threads = engine_by_threads(engine, family, clients, new_tokens, repeats)
         threads = handler.threads
         speculation = features.inprocess_speculation(handler, model_dir, new_tokens, repeats)
     kv, recompute = statistics.median(rates["kv_cache"]), statistics.median(rates["recompute"])
@@ -74,7 +73,48 @@ def inprocess(model: str, new_tokens: int, repeats: int) -> dict:
             "kv_cache_tokens_per_s": [round(x, 1) for x in rates["kv_cache"]],
             "recompute_tokens_per_s": [round(x, 1) for x in rates["recompute"]],
             "speedup": round(kv / recompute, 2), "speedup_min": round(min(rates["kv_cache"]) / max(rates["recompute"]), 2),
-            "same_tokens": same, "batched_tokens_per_s": batch, "speculation": speculation}
+            "same_tokens": same, "batched_tokens_per_s": batch, "batch_size": clients, "batch_by_threads": by_threads,
+            "speculation": speculation}
+
+
+SECOND_THREAD = "2, second thread"
+
+
+def batch_requests(family, size: int, new_tokens: int) -> list:
+    return [(f"b{i}", family.decode({"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": new_tokens,
+                                     "ignore_eos": True}, "")) for i in range(size)]
+
+
+def engine_by_threads(engine, family, size: int, new_tokens: int, repeats: int) -> dict:
+    """The engine's tokens/s at `size` sequences (median of `repeats`) with 1 and 2 intra-op threads
+    from the main thread, and with 2 from a second thread, as a worker's engine would run there."""
+    import threading
+
+    import torch
+
+    def rate() -> float:
+        runs = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            engine.generate(batch_requests(family, size, new_tokens))
+            runs.append(size * new_tokens / (time.perf_counter() - started))
+        return round(statistics.median(runs), 1)
+
+    before = torch.get_num_threads()
+    out = {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            out[str(threads)] = rate()
+        second: list[float] = []
+        worker = threading.Thread(target=lambda: second.append(rate()), name="second-thread")
+        worker.start()
+        worker.join()
+        out[SECOND_THREAD] = second[0]
+    finally:
+        torch.set_num_threads(before)
+    log(f"in-process, {size} sequences: " + ", ".join(f"{k}: {v} tokens/s" for k, v in out.items()))
+    return out
 
 
 # ---- served --------------------------------------------------------------------------------------
@@ -100,18 +140,24 @@ def ttft_experiment(server: TorchServe, model: str, args) -> dict:
 
 
 def served(model: str, args) -> dict:
-    out = {}
+    """One sequence at a time against continuous batching, same archive and load, in `args.mode`:
+    step mode's batchSize 1 against batchSize = clients; the async mode's max_running 1 (the
+    worker runs one sequence, the others wait) against no cap."""
+    out = {"mode": args.mode}
     with tempfile.TemporaryDirectory(prefix="genbench-plain-") as tmp:
-        features.with_settings(MODEL_STORE / f"{model}.mar", Path(tmp), model, PLAIN)
-        for label, batch in (("batch_size_1", 1), ("continuous", args.clients)):
-            settings = {model: ModelSettings(batch_size=batch, max_batch_delay_ms=1)}
-            log(f"served, {label}: TorchServe with batchSize {batch}, continuous batching, 1 worker")
-            with TorchServe(Path(tmp), models=settings, load=(model,)) as server:
+        for label, one in (("batch_size_1", True), ("continuous", False)):
+            store = Path(tmp) / label
+            cap = {"max_running": 1 if one else 0} if args.mode == "async" else {}
+            features.with_settings(MODEL_STORE / f"{model}.mar", store, model, {**PLAIN, "mode": args.mode, **cap})
+            settings = settings_for(args.mode, 1 if one else args.clients)
+            log(f"served, {label}: {args.mode} mode, 1 worker, " + (f"max_running {cap['max_running']}" if cap else
+                                                                 f"batchSize {settings.batch_size}"))
+            with TorchServe(store, models={model: settings}, load=(model,)) as server:
                 probes(server, model, 3)  # warm the path
                 out[label] = throughput(server, model, args.clients, args.new_tokens, args.rounds)
                 log(f"  {args.clients} clients x {args.rounds} x {args.new_tokens} tokens: "
                     f"{out[label]['tokens_per_s']} tokens/s")
-                if batch == args.clients:
+                if not one:
                     out.update(ttft_experiment(server, model, args))
     out["continuous_over_batch_1"] = round(out["continuous"]["tokens_per_s"] / out["batch_size_1"]["tokens_per_s"], 2)
     out["ttft_busy_over_idle_p99"] = round(out["ttft_busy"]["p99_ms"] / out["ttft_idle"]["p99_ms"], 2)
@@ -149,15 +195,19 @@ def markdown(report: dict) -> str:
         "",
         f"Speed-up (medians): **{ip['speedup']}x** (slowest KV repeat over fastest recompute: {ip['speedup_min']}x). "
         f"Batched in-process: {ip['batched_tokens_per_s']} tokens/s at 1 / 8 sequences.",
+        *by_threads_lines(ip),
         "",
-        "## Served: continuous batching vs batchSize 1 (same archive, same handler)",
+        f"## Served: continuous batching vs one sequence at a time (same archive, {sv.get('mode', 'step')} mode)",
+        "",
+        "One at a time: " + ("max_running 1 (the worker runs one sequence, the others wait in it)."
+                             if sv.get("mode") == "async" else "batchSize 1."),
         "",
         "| server | clients | requests | tokens/s | TTFT p50 ms | inter-chunk p99 ms |",
         "|---|---|---|---|---|---|",
         *[f"| {k} | {sv[k]['clients']} | {sv[k]['requests']} | {sv[k]['tokens_per_s']} | {sv[k]['ttft_p50_ms']} | "
           f"{stats.tail_cell(_inter_chunk(sv[k]), 2)} |" for k in ("batch_size_1", "continuous")],
         "",
-        f"Continuous batching over batchSize 1: **{sv['continuous_over_batch_1']}x** tokens/s.",
+        f"Continuous batching over one sequence at a time: **{sv['continuous_over_batch_1']}x** tokens/s.",
         "",
         "## Time to first token: a short request, idle vs 7 long generations running",
         "",
@@ -175,6 +225,15 @@ def markdown(report: dict) -> str:
         *generation_openai.markdown(report),
         *features.markdown(report),
     ])
+
+
+def by_threads_lines(ip: dict) -> list[str]:
+    rows = ip.get("batch_by_threads")
+    if not rows:
+        return []
+    labels = {"1": "1 thread", "2": "2 threads", SECOND_THREAD: "2 threads from a second Python thread"}
+    return ["", f"The engine at {ip['batch_size']} sequences (tokens/s, median of {ip['repeats']}): "
+            + "; ".join(f"{labels[k]} **{v}**" for k, v in rows.items()) + "."]
 
 
 def plots(report: dict, folder: Path) -> None:
@@ -200,7 +259,7 @@ def plots(report: dict, folder: Path) -> None:
                                             statistics.median(ip["kv_cache_tokens_per_s"])], color=["grey", "tab:blue"])
     axes[0].set_title(f"in-process, 1 sequence, {ip['new_tokens']} tokens")
     axes[0].set_ylabel("tokens/s")
-    axes[1].bar(["batchSize 1", "continuous batching"], [sv["batch_size_1"]["tokens_per_s"],
+    axes[1].bar(["one at a time", "continuous batching"], [sv["batch_size_1"]["tokens_per_s"],
                                                          sv["continuous"]["tokens_per_s"]], color=["grey", "tab:blue"])
     axes[1].set_title(f"served, {report['clients']} clients x {report['new_tokens']} tokens")
     fig.tight_layout()
@@ -237,11 +296,11 @@ def main(argv=None) -> int:
     log(f"in-process: KV cache vs recompute, {args.inprocess_tokens} tokens")
     report = {"model": args.model, "when": when, "clients": args.clients, "new_tokens": args.new_tokens,
               "command": "python -m benchmarks.bench.generation " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "inprocess": inprocess(args.model, args.inprocess_tokens, args.repeats)}
+              "inprocess": inprocess(args.model, args.inprocess_tokens, args.repeats, args.clients)}
     try:
         report["served"] = served(args.model, args)
         if "modes" in args.parts:
-            report["modes_compared"] = modes.compare(args.model, args, report["inprocess"]["batched_tokens_per_s"])
+            report["modes_compared"] = modes.compare(args.model, args, report["inprocess"]["batch_by_threads"])
         if "openai" in args.parts:
             log(f"OpenAI's client against /predictions: {args.openai_pairs} pairs")
             report["openai_compared"] = generation_openai.compare(args.model, args.openai_tokens, args.openai_pairs)

@@ -10,6 +10,7 @@ two workers of one thread against one of two threads.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
 from benchmarks.load import stats
 from benchmarks.load.generation import Generators
+from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
 from serving.repo import MODEL_STORE
 from serving.ts_config import ModelSettings
@@ -54,8 +56,14 @@ def ttft_blocks(server: TorchServe, model: str, clients: int, probes_each: int, 
     return out
 
 
-def compare(model: str, args, inprocess_tokens_per_s: dict) -> dict:
-    """Both modes, then the async mode's worker layouts; ratios measured in this run."""
+# The async mode's worker layouts on two cores: the tuner may choose any of them.
+LAYOUTS = (("1 worker x 1 thread", 1, 1), ("1 worker x 2 threads", 1, 2), ("2 workers x 1 thread", 2, 1))
+
+
+def compare(model: str, args, engine_by_threads: dict) -> dict:
+    """Both modes on one worker (the plan's threads), then the async mode's worker layouts; ratios
+    measured in this run. `engine_by_threads`: the in-process engine's tokens/s at the same batch,
+    by intra-op threads."""
     out = {"modes": {}, "clients": args.clients, "probes": args.probes}
     with tempfile.TemporaryDirectory(prefix="genbench-modes-") as tmp:
         for mode in MODES:
@@ -65,45 +73,59 @@ def compare(model: str, args, inprocess_tokens_per_s: dict) -> dict:
             with TorchServe(store, models={model: settings_for(mode, args.clients)}, load=(model,)) as server:
                 probes(server, model, 3)  # warm the path
                 figures = throughput(server, model, args.clients, args.new_tokens, args.rounds)
-                log(f"  {figures['tokens_per_s']} tokens/s")
+                figures["threads"] = server_threads(server, model)
+                log(f"  {figures['tokens_per_s']} tokens/s ({figures['threads']} thread(s))")
                 figures.update(ttft_blocks(server, model, args.clients, args.probes, args.long_tokens))
                 log(f"  TTFT idle {stats.tail_text(figures['ttft_idle'])}, busy {stats.tail_text(figures['ttft_busy'])}")
             figures["step_ms"] = round(1000 * args.clients / figures["tokens_per_s"], 2)
+            engine = engine_by_threads.get(str(figures["threads"]))
+            figures["over_inprocess"] = round(figures["tokens_per_s"] / engine, 2) if engine else None
             out["modes"][mode] = figures
-        for label, workers, threads in (("2 workers x 1 thread", 2, 1), ("1 worker x 2 threads", 1, 2)):
+        for label, workers, threads in LAYOUTS:
             log(f"async, {label}: {args.clients} clients")
             with TorchServe(Path(tmp) / "async", models={model: settings_for("async", args.clients, workers, threads)},
                             load=(model,)) as server:
                 probes(server, model, 3)
-                out.setdefault("workers", {})[label] = throughput(server, model, args.clients, args.new_tokens,
-                                                                  args.rounds)
-                log(f"  {out['workers'][label]['tokens_per_s']} tokens/s")
-    batch = str(args.clients)
-    engine = inprocess_tokens_per_s.get(batch)
-    out["inprocess_step_ms"] = round(1000 * args.clients / engine, 2) if engine else None
+                figures = throughput(server, model, args.clients, args.new_tokens, args.rounds)
+            engine = engine_by_threads.get(str(threads)) if workers == 1 else None
+            figures["over_inprocess"] = round(figures["tokens_per_s"] / engine, 2) if engine else None
+            out.setdefault("workers", {})[label] = figures
+            log(f"  {figures['tokens_per_s']} tokens/s")
+    out["engine_by_threads"] = engine_by_threads
     step, asyn = out["modes"]["step"], out["modes"]["async"]
     out["async_over_step"] = round(asyn["tokens_per_s"] / step["tokens_per_s"], 2)
-    out["async_over_inprocess"] = round(asyn["tokens_per_s"] / engine, 2) if engine else None
     for figures in out["modes"].values():
         figures["ttft_busy_over_idle"] = stats.tail_ratio(figures["ttft_busy"], figures["ttft_idle"])
     return out
+
+
+def server_threads(server: TorchServe, model: str) -> int:
+    """The intra-op threads the worker chose (its ready line in the model log)."""
+    found = re.search(rf"{re.escape(model)} ready in .*? threads=(\d+)", server.log_text())
+    if found is None:
+        raise BenchmarkError(f"{model}: the worker's ready line (threads=) is not in its log")
+    return int(found.group(1))
 
 
 def markdown(report: dict) -> list[str]:
     m = report.get("modes_compared")
     if not m:
         return []
-    rows = [f"| {mode} | {f['tokens_per_s']} | {f['step_ms']} | {stats.tail_cell(f['ttft_idle'])} | "
-            f"{stats.tail_cell(f['ttft_busy'])} | {f['ttft_busy_over_idle']} |" for mode, f in m["modes"].items()]
-    workers = [f"| {label} | {f['tokens_per_s']} |" for label, f in m.get("workers", {}).items()]
+    rows = [f"| {mode} | {f['threads']} | {f['tokens_per_s']} | {f['step_ms']} | {f['over_inprocess']}x | "
+            f"{stats.tail_cell(f['ttft_idle'])} | {stats.tail_cell(f['ttft_busy'])} | {f['ttft_busy_over_idle']} |"
+            for mode, f in m["modes"].items()]
+    layouts = [f"| {label} | {f['tokens_per_s']} | {'' if f['over_inprocess'] is None else str(f['over_inprocess']) + 'x'} |"
+               for label, f in m.get("workers", {}).items()]
+    engine = m["engine_by_threads"]
     return [
         "## Asynchronous worker mode against the step-per-call mode (same archive, same load)", "",
         f"{m['clients']} streaming clients; TTFT: {m['probes']} short requests per distribution, idle and with "
-        f"{m['clients'] - 1} long generations running, in {BLOCKS} alternating blocks.", "",
-        "| mode | tokens/s | ms per step (served) | TTFT idle p99 ms | TTFT busy p99 ms | busy / idle |",
-        "|---|---|---|---|---|---|", *rows, "",
-        f"Async over step: **{m['async_over_step']}x** tokens/s. The in-process engine at batch {m['clients']}: "
-        f"{m['inprocess_step_ms']} ms per step; the async mode served it at **{m['async_over_inprocess']}x** the "
-        "engine's own tokens/s.", "",
-        "| async, workers | tokens/s |", "|---|---|", *workers, "",
+        f"{m['clients'] - 1} long generations running, in {BLOCKS} alternating blocks. One worker with the plan's "
+        f"threads. The in-process engine at {m['clients']} sequences: "
+        + ", ".join(f"{v} tokens/s ({k} thread(s))" for k, v in engine.items()) + ".", "",
+        "| mode | threads | tokens/s | ms per step (served) | / in-process, same threads | TTFT idle p99 ms | "
+        "TTFT busy p99 ms | busy / idle |",
+        "|---|---|---|---|---|---|---|---|", *rows, "",
+        f"Async over step: **{m['async_over_step']}x** tokens/s.", "",
+        "| async, workers | tokens/s | / in-process, same threads |", "|---|---|---|", *layouts, "",
     ]

@@ -35,6 +35,8 @@ def describe_environment() -> dict:
     import psutil
     import torch
 
+    from handlers import runtime
+
     try:
         from ts.version import __version__ as torchserve_version
     except ImportError:
@@ -47,6 +49,6 @@ def describe_environment() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchserve": torchserve_version,
-        "bf16_cpu": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        "bf16_cpu": runtime.cpu_supports(torch.bfloat16),  # native (AVX-512 BF16 or AMX), not oneDNN's conversion
         "git_commit": git_commit(),
     }

@@ -1,18 +1,21 @@
-"""Tune a generating model (causal_lm): sequences per decoding step (batchSize) for a
-time-to-first-token SLO, written into config.properties like any model's values.
+"""Tune a generating model (causal_lm) for a time-to-first-token SLO, written into
+config.properties like any model's values.
 
     python -m benchmarks.tune --model tinylm [--slo-ms 100] [--no-write]
 
-Each candidate is a real TorchServe (continuous batching, maxBatchDelay 1 ms) under closed-loop
-streaming clients, as many as the candidate holds sequences, each generating 64 tokens, at least
---ttft-samples requests in all. The choice: the most tokens/s whose TTFT p99 is within the SLO
-(within 5%, the smaller batch). The written file is then read back by a restarted server and the
-choice measured again.
+Each candidate is a real TorchServe under closed-loop streaming clients, each generating 64
+tokens, at least --ttft-samples requests in all. The choice: the most tokens/s whose TTFT p99 is
+within the SLO (within 5%, the fewer sequences). The written file is then read back by a restarted
+server and the choice measured again. What the search varies follows the archive's mode:
 
-One worker, all the cores: TorchServe 0.12's continuous batching stalls a worker's running
-sequences while another worker of the model idles (Model.pollInferJob holds the queue lock through
-its wait; measured: two workers hang at their second step), so the handler refuses a second worker
-and the search is over sequences per step, the knob that batches.
+- step mode (continuous batching, maxBatchDelay 1 ms): sequences per decoding step (batchSize), as
+  many clients as that, on one worker with all the cores. TorchServe 0.12's continuous batching
+  stalls a worker's running sequences while another worker of the model idles (Model.pollInferJob
+  holds the queue lock through its wait), so the handler refuses a second worker.
+- async mode: the frontend forwards each request (batchSize 1) and the worker's loop batches every
+  sequence it holds, so the search is over the worker layout (one worker with all the cores, or
+  one worker per core of one thread each) and the load (concurrent streams). The layout is
+  written, its record holding the chosen load's tokens/s; the report lists every load.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from serving.launcher import TorchServe
 from serving.repo import shown
 from serving.ts_config import ModelSettings
 
-BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)  # step mode: sequences per step; async mode: concurrent streams
 NEW_TOKENS = 64
 TIE = 0.05
 REQUEST_TIMEOUT_S = 60.0  # a 64-token request takes well under a second: longer means the server is stuck
@@ -47,6 +50,11 @@ class Candidate:
     ttft_p99_ms: float
     requests: int
     ttft_p90_ms: Optional[float] = None  # what a report prints when the p99 is thin (stats.tail_text)
+    clients: int = 0  # concurrent streams (0: one per sequence the step mode's batch holds)
+
+    @property
+    def streams(self) -> int:
+        return self.clients or self.settings.batch_size * self.settings.min_workers
 
     @property
     def ttft(self) -> dict:
@@ -55,7 +63,7 @@ class Candidate:
 
     def to_json(self) -> dict:
         s = self.settings
-        return {"batch_size": s.batch_size, "workers": s.min_workers, "threads": s.threads,
+        return {"batch_size": s.batch_size, "workers": s.min_workers, "threads": s.threads, "clients": self.streams,
                 "tokens_per_s": self.tokens_per_s, "ttft_p99_ms": self.ttft_p99_ms, "ttft_p90_ms": self.ttft_p90_ms,
                 "requests": self.requests}
 
@@ -64,15 +72,16 @@ def ttft_of(candidate: dict) -> dict:
     return {"count": candidate["requests"], "p90_ms": candidate.get("ttft_p90_ms"), "p99_ms": candidate["ttft_p99_ms"]}
 
 
-def measure(store: Path, model: str, settings: ModelSettings, samples: int, config: Optional[Path] = None) -> Candidate:
-    clients = settings.batch_size * settings.min_workers
+def measure(store: Path, model: str, settings: ModelSettings, samples: int, config: Optional[Path] = None,
+            clients: int = 0) -> Candidate:
+    clients = clients or settings.batch_size * settings.min_workers
     rounds = max(2, math.ceil(samples / clients))
     kwargs = {"base_config": config} if config else {"models": {model: settings}}
     with TorchServe(store, load=(model,), **kwargs) as server:
         throughput(server, model, clients, 8, 1, timeout_s=REQUEST_TIMEOUT_S)  # warm the path
         figures = throughput(server, model, clients, NEW_TOKENS, rounds, timeout_s=REQUEST_TIMEOUT_S)
     return Candidate(settings, figures["tokens_per_s"], figures["ttft_p99_ms"], figures["requests"],
-                     figures["ttft_p90_ms"])
+                     figures["ttft_p90_ms"], clients)
 
 
 def choose(results: list[Candidate], slo_ms: float) -> Optional[Candidate]:
@@ -81,25 +90,49 @@ def choose(results: list[Candidate], slo_ms: float) -> Optional[Candidate]:
         return None
     best = max(r.tokens_per_s for r in passing)
     near = [r for r in passing if r.tokens_per_s >= best * (1 - TIE)]
-    return min(near, key=lambda r: r.settings.batch_size)
+    return min(near, key=lambda r: r.streams)
+
+
+def search_space(asynchronous: bool, cores: int) -> list[tuple[ModelSettings, int]]:
+    """(server settings, concurrent streams) per candidate."""
+    if not asynchronous:
+        return [(ModelSettings(batch_size=b, max_batch_delay_ms=1, min_workers=1, max_workers=1, threads=cores), 0)
+                for b in BATCH_SIZES]
+    layouts = [(1, cores)] + ([(cores, 1)] if cores > 1 else [])
+    return [(ModelSettings(batch_size=1, max_batch_delay_ms=1, min_workers=w, max_workers=w, threads=t), n)
+            for w, t in layouts for n in BATCH_SIZES]
+
+
+def is_async(archive: Path) -> bool:
+    """Whether the archive's model-config.yaml runs TorchServe's asynchronous worker mode."""
+    import zipfile
+
+    import yaml
+
+    with zipfile.ZipFile(archive) as mar:
+        config = yaml.safe_load(mar.read("model-config.yaml")) if "model-config.yaml" in mar.namelist() else None
+    return bool((config or {}).get("asyncCommunication"))
 
 
 def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores: int, write: bool, samples: int,
          command: str, progress: Callable[[str], None]) -> int:
     folder = out / f"tune-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
-    space = [ModelSettings(batch_size=b, max_batch_delay_ms=1, min_workers=1, max_workers=1, threads=cores)
-             for b in BATCH_SIZES]
-    progress(f"TTFT p99 <= {slo_ms:g} ms; {len(space)} candidates (batchSize {list(BATCH_SIZES)}, one worker x "
-             f"{cores} threads); closed-loop streaming clients, {NEW_TOKENS} tokens each")
+    asynchronous = is_async(store / f"{model}.mar")
+    space = search_space(asynchronous, cores)
+    progress(f"TTFT p99 <= {slo_ms:g} ms; {len(space)} candidates ("
+             + (f"async mode: worker layouts x {list(BATCH_SIZES)} concurrent streams" if asynchronous else
+                f"step mode: batchSize {list(BATCH_SIZES)}, one worker x {cores} threads")
+             + f"); closed-loop streaming clients, {NEW_TOKENS} tokens each")
     results = []
-    for i, settings in enumerate(space, start=1):
-        result = measure(store, model, settings, samples)
+    for i, (settings, clients) in enumerate(space, start=1):
+        result = measure(store, model, settings, samples, clients=clients)
         results.append(result)
-        progress(f"[{i}/{len(space)}] batchSize {settings.batch_size}: {result.tokens_per_s:.0f} tokens/s, "
-                 f"TTFT {stats.tail_text(result.ttft, 0)}")
+        progress(f"[{i}/{len(space)}] batchSize {settings.batch_size}, {settings.min_workers} x {settings.threads}, "
+                 f"{result.streams} streams: {result.tokens_per_s:.0f} tokens/s, TTFT {stats.tail_text(result.ttft, 0)}")
     chosen = choose(results, slo_ms)
-    report = {"model": model, "slo_ms": slo_ms, "command": portable(command), "candidates": [r.to_json() for r in results],
+    report = {"model": model, "mode": "async" if asynchronous else "step", "slo_ms": slo_ms,
+              "command": portable(command), "candidates": [r.to_json() for r in results],
               "chosen": chosen.to_json() if chosen else None, "written": False, "verified": None}
     if chosen is None:
         progress("no candidate meets the SLO: config.properties left alone")
@@ -109,7 +142,7 @@ def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores:
                             shown(folder), cpu_model(), unit="tokens/s", latency="TTFT p99")
         write_config(config, [Update(model, chosen.settings)], [record])
         report["written"] = True
-        again = measure(store, model, chosen.settings, samples, config=config)
+        again = measure(store, model, chosen.settings, samples, config=config, clients=chosen.clients)
         report["verified"] = again.to_json()
         progress(f"written to {shown(config)}; restarted from it: {again.tokens_per_s:.0f} tokens/s, TTFT "
                  f"{stats.tail_text(again.ttft, 0)}")
@@ -137,14 +170,14 @@ def portable(command: str) -> str:
 
 
 def markdown(report: dict) -> str:
-    rows = [f"| {c['batch_size']} | {c['workers']} x {c['threads']} | {c['tokens_per_s']} | "
+    rows = [f"| {c['batch_size']} | {c['workers']} x {c['threads']} | {c.get('clients', '')} | {c['tokens_per_s']} | "
             f"{stats.tail_cell(ttft_of(c), 0)} | {'**chosen**' if report['chosen'] and c == report['chosen'] else ''} |"
             for c in report["candidates"]]
     verified = report.get("verified")
     return "\n".join([
-        f"# Tune {report['model']}: sequences per step for TTFT p99 <= {report['slo_ms']:g} ms", "",
+        f"# Tune {report['model']}: {report.get('mode', 'step')} mode, for TTFT p99 <= {report['slo_ms']:g} ms", "",
         f"Command: `{report['command']}`", "",
-        "| batchSize | workers x threads | tokens/s | TTFT p99 ms | |", "|---|---|---|---|---|", *rows, "",
+        "| batchSize | workers x threads | streams | tokens/s | TTFT p99 ms | |", "|---|---|---|---|---|---|", *rows, "",
         f"The choice compares each candidate's TTFT p99; a p99 over fewer than {stats.P99_MIN_SAMPLES:,} requests "
         "is shown as the p90 and the count.", "",
         f"Written to config.properties: {report['written']}."
@@ -159,11 +192,14 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for workers in sorted({c["workers"] for c in report["candidates"]}):
-        rows = [c for c in report["candidates"] if c["workers"] == workers]
-        ax.plot([c["ttft_p99_ms"] for c in rows], [c["tokens_per_s"] for c in rows], "o-", label=f"{workers} worker(s)")
+    asynchronous = report.get("mode") == "async"
+    for layout in sorted({(c["workers"], c["threads"]) for c in report["candidates"]}):
+        rows = [c for c in report["candidates"] if (c["workers"], c["threads"]) == layout]
+        ax.plot([c["ttft_p99_ms"] for c in rows], [c["tokens_per_s"] for c in rows], "o-",
+                label=f"{layout[0]} worker(s) x {layout[1]} thread(s)")
         for c in rows:
-            ax.annotate(f"b{c['batch_size']}", (c["ttft_p99_ms"], c["tokens_per_s"]), fontsize=8)
+            ax.annotate(f"{c.get('clients')} streams" if asynchronous else f"b{c['batch_size']}",
+                        (c["ttft_p99_ms"], c["tokens_per_s"]), fontsize=8)
     ax.axvline(report["slo_ms"], color="red", linestyle="--", label="SLO")
     ax.set_xlabel("TTFT p99, ms")
     ax.set_ylabel("tokens/s")

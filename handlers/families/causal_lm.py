@@ -48,8 +48,9 @@ class CausalLMSettings:
     prefix_block_tokens: int = 32  # prefixes are cached and found at multiples of this many tokens
     max_running: int = 0  # the most non-high-priority sequences advancing together (more wait); 0: no limit
     # How TorchServe drives the engine: "async" (asyncCommunication: requests join a loop that steps at
-    # the engine's speed, several workers allowed) or "step" (continuousBatching: one call per step).
-    mode: Literal["async", "step"] = "step"
+    # the engine's speed, several workers allowed, OpenAI's routes) or "step" (continuousBatching: one
+    # call per step; a client that hangs up is released at the next step).
+    mode: Literal["async", "step"] = "async"
 
     def __post_init__(self):
         if self.max_prompt_tokens < 1 or self.max_new_tokens < 1:

@@ -31,6 +31,18 @@ class Request(NamedTuple):
     content_type: str
 
 
+def store_with(model_store: Path, folder: Path, model: str, sections: dict) -> Path:
+    """`folder`: every archive of `model_store` (linked), `model`'s copied with its handler settings
+    changed (`{"causal_lm": {"mode": "step"}}`, say)."""
+    from benchmarks.bench.archive_settings import with_handler_settings
+
+    with_handler_settings(model_store / f"{model}.mar", folder, model, sections)
+    for archive in model_store.glob("*.mar"):
+        if not (folder / archive.name).exists():
+            (folder / archive.name).symlink_to(archive.resolve())
+    return folder
+
+
 def settings_of(model: str) -> HandlerSettings:
     return served_settings(Catalogue.load(CATALOGUE).entry(model))
 

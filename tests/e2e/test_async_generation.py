@@ -28,10 +28,10 @@ BODIES = [{"prompt": p, "max_new_tokens": 24 + 8 * i, "temperature": 0} for i, p
 
 @pytest.fixture(scope="module")
 def stores(model_store, tmp_path_factory):
-    """The built archive as it is (step mode) and a copy switched to the async mode."""
-    folder = tmp_path_factory.mktemp("async-store")
-    with_handler_settings(model_store / f"{MODEL}.mar", folder, MODEL, {"causal_lm": {"mode": "async"}})
-    return {"step": model_store, "async": folder}
+    """The built archive as it is (the async mode, the default) and a copy switched to the step mode."""
+    folder = tmp_path_factory.mktemp("step-store")
+    with_handler_settings(model_store / f"{MODEL}.mar", folder, MODEL, {"causal_lm": {"mode": "step"}})
+    return {"step": folder, "async": model_store}
 
 
 @pytest.fixture(scope="module")

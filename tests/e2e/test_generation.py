@@ -1,4 +1,5 @@
-"""The causal-LM family through a real TorchServe with continuous batching: streamed == whole,
+"""The causal-LM family through a real TorchServe in the step mode (continuous batching: one
+frontend call per decoding step; the async mode has tests/e2e/test_async_generation.py): streamed == whole,
 a request inside a running batch == the same request alone, a bad request is a 400 while the
 others run on, a client that hangs up mid-stream releases its sequence, and the generation
 metrics reach Prometheus."""
@@ -14,6 +15,7 @@ from benchmarks.load.generation import generate
 from benchmarks.load.server_metrics import Scrape
 from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
+from tests.e2e.helpers import store_with
 
 pytestmark = pytest.mark.e2e
 
@@ -23,9 +25,10 @@ PROMPTS = ["The for statement is used to", "A class definition", "Names refer to
 
 
 @pytest.fixture(scope="module")
-def lm_server(model_store):
+def lm_server(model_store, tmp_path_factory):
+    store = store_with(model_store, tmp_path_factory.mktemp("step-store"), MODEL, {"causal_lm": {"mode": "step"}})
     settings = {MODEL: ModelSettings(batch_size=4, max_batch_delay_ms=1)}
-    with TorchServe(model_store, models=settings, load=(MODEL,)) as ts:
+    with TorchServe(store, models=settings, load=(MODEL,)) as ts:
         yield ts
 
 

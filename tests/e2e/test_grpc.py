@@ -29,7 +29,7 @@ from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, REPO_ROOT
 from serving.ts_config import ModelSettings
 from tests.e2e.conftest import MODELS
-from tests.e2e.helpers import examples_of, settings_of
+from tests.e2e.helpers import examples_of, settings_of, store_with
 
 pytestmark = pytest.mark.e2e
 
@@ -39,10 +39,12 @@ STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 413: grpc.StatusCode.RESOURCE_E
 
 
 @pytest.fixture(scope="module")
-def ts(model_store):
-    """The module's server: every model as its archive is built (tinylm in step mode, continuousBatching),
-    the request/response models as config.properties tunes them, tinylm batched as test_generation has it."""
-    with TorchServe(model_store, models={LM: ModelSettings(batch_size=4, max_batch_delay_ms=1)}, load=SERVED) as server:
+def ts(model_store, tmp_path_factory):
+    """The module's server: every model as its archive is built but tinylm, switched to the step mode
+    (continuousBatching, batched as test_generation has it); the request/response models as
+    config.properties tunes them."""
+    store = store_with(model_store, tmp_path_factory.mktemp("grpc-step-store"), LM, {"causal_lm": {"mode": "step"}})
+    with TorchServe(store, models={LM: ModelSettings(batch_size=4, max_batch_delay_ms=1)}, load=SERVED) as server:
         yield server
 
 
@@ -54,7 +56,7 @@ def client(ts):
 
 @pytest.fixture(scope="module")
 def async_ts(model_store, tmp_path_factory):
-    """tinylm switched to the asynchronous worker mode (asyncCommunication), the mode gRPC can stream from."""
+    """tinylm in the asynchronous worker mode (asyncCommunication), the mode gRPC can stream from."""
     store = tmp_path_factory.mktemp("grpc-async-store")
     with_handler_settings(model_store / f"{LM}.mar", store, LM, {"causal_lm": {"mode": "async"}})
     with TorchServe(store, models={LM: ModelSettings(batch_size=1, max_batch_delay_ms=1)}, load=(LM,)) as server:

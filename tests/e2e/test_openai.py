@@ -4,7 +4,9 @@ http://127.0.0.1:<port>/predictions/<model>/<version>/v1 and the inference key a
 Chat and completions, whole and streamed (Server-Sent Events ending with [DONE], usage when asked),
 greedy output identical streamed and whole and equal to the /predictions answer for the same prompt;
 the models list; an unsupported field refused in OpenAI's error shape; a wrong key refused; and
-embeddings from the text embedder, equal to its /predictions answers."""
+embeddings from the text embedder, equal to its /predictions answers. Then a Llama-style folder of
+one's own (tests/tiny.py), built with no settings but limits, answers OpenAI's chat with its own
+template, start and end tokens."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from benchmarks.load.generation import generate
 from handlers.openai.chat_template import render
 from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
+from tests.tiny import LLAMA_TEMPLATE, llama_archive, tiny_llama
 
 pytestmark = pytest.mark.e2e
 
@@ -39,8 +42,9 @@ def client(lm_server):
                          api_key=lm_server.tokens.inference, max_retries=0, timeout=60)
 
 
-def predictions(server, prompt: str, tokens: int) -> str:
-    answer = generate(server.client, LM, {"prompt": prompt, "max_new_tokens": tokens, "temperature": 0}, stream=False)
+def predictions(server, prompt: str, tokens: int, model: str = LM) -> str:
+    answer = generate(server.client, model, {"prompt": prompt, "max_new_tokens": tokens, "temperature": 0},
+                      stream=False)
     assert answer.ok, answer.error
     return answer.text
 
@@ -114,3 +118,30 @@ def test_embeddings_equal_the_predictions_answers(embedder):
     with pytest.raises(openai.BadRequestError) as err:
         client.embeddings.create(model=EMBEDDER, input=[[1, 2, 3]])
     assert err.value.body["param"] == "input"
+
+
+# ---- a Hugging Face folder of one's own -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """A tiny Llama folder (rotary positions, RMSNorm, grouped-query attention, its own BPE with
+    <s> </s>, a chat template in tokenizer_config.json) built as a user's entry: the default mode."""
+    root = tmp_path_factory.mktemp("llama-project")
+    archive = llama_archive(tiny_llama(root / "brought" / "llama"), root,
+                            {"max_prompt_tokens": 64, "max_new_tokens": 24, "default_max_new_tokens": 8})
+    with TorchServe(archive.parent, models={"llama": ModelSettings(batch_size=1, max_batch_delay_ms=1)},
+                    load=("llama",)) as ts:
+        yield ts
+
+
+def test_a_llama_folder_of_ones_own_answers_openais_chat_with_its_own_template(llama_server):
+    client = openai.OpenAI(base_url=f"{llama_server.inference_url}/predictions/llama/{VERSION}/v1",
+                           api_key=llama_server.tokens.inference, max_retries=0, timeout=60)
+    asked = {"model": "llama", "messages": MESSAGES, "max_tokens": 16, "temperature": 0}
+    whole = client.chat.completions.create(**asked)
+    chunks = list(client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    prompt = render(MESSAGES, LLAMA_TEMPLATE, "<s>", "</s>")  # the template of its tokenizer_config.json
+    assert prompt.startswith("<s><|system|>") and prompt.endswith("<|assistant|>")
+    assert whole.choices[0].message.content == streamed == predictions(llama_server, prompt, 16, "llama")
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens > len(MESSAGES)
+    assert [m.id for m in client.models.list().data] == ["llama"]

@@ -17,7 +17,7 @@ import yaml
 
 from handlers.errors import ConfigError
 from handlers.families.causal_lm import CausalLM, CausalLMSettings
-from tests.tiny import LLAMA_TEMPLATE, tiny_llama
+from tests.tiny import LLAMA_TEMPLATE, llama_archive, tiny_llama
 from tests.unit.generation_helpers import run_continuous
 
 pytestmark = pytest.mark.unit
@@ -204,28 +204,13 @@ CHAT_JINJA = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor 
 @pytest.fixture(scope="module")
 def served(llama, tmp_path_factory):
     """The real build on a one-entry catalogue (no token settings), the archive extracted, the handler
-    initialised in-process."""
-    import build.speed
-    from build.archive import build_entry
-    from build.catalogue import Catalogue
+    initialised in-process, in the step mode (driven call by call here; tests/e2e/test_openai.py
+    serves the folder in the default mode through TorchServe)."""
     from handlers.handler import Handler
     from serving.fake_context import FakeContext, extract
 
-    root = tmp_path_factory.mktemp("project")
-    shutil.copytree(llama, root / "llama")
-    (root / "llama" / "chat_template.jinja").write_text(CHAT_JINJA)  # transformers 5 saves it so
-    entry = {"version": "1.0", "family": "causal_lm", "model": {"huggingface": {"path": "llama"}},
-             "settings": {"runtime": {"precision": "fp32", "warmup": False},
-                          "causal_lm": LIMITS},
-             "examples": [{"json": {"prompt": PROMPTS[0], "max_new_tokens": 4}}]}
-    (root / "catalogue.yaml").write_text(yaml.safe_dump({"models": {"llama": entry}}))
-    saved, build.speed.SECONDS = build.speed.SECONDS, 0.05  # the report's speed figures: not what is tested
-    try:
-        result = build_entry(Catalogue.load(root / "catalogue.yaml"), "llama", root, root / "store",
-                             progress=lambda _: None)
-    finally:
-        build.speed.SECONDS = saved
-    folder = extract(result.archive, tmp_path_factory.mktemp("extracted"))
+    archive = llama_archive(llama, tmp_path_factory.mktemp("project"), {**LIMITS, "mode": "step"}, CHAT_JINJA)
+    folder = extract(archive, tmp_path_factory.mktemp("extracted"))
     context = FakeContext(folder, "llama", batch_size=4)
     handler = Handler()
     handler.initialize(context)

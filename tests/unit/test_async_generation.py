@@ -179,11 +179,11 @@ def test_the_loop_reports_tokens_per_second_and_running_sequences(tiny_lm):
             "GenerationWaitingSequences", "GenerationTokensPerSecond"} <= names, names
 
 
-def test_the_build_writes_the_async_mode_into_the_archive(tmp_path):
+def test_the_build_writes_the_async_mode_into_the_archive_by_default(tmp_path):
     root = tmp_path
     path = tiny_project(root)
     raw = yaml.safe_load(path.read_text())
-    raw["models"]["tiny_lm"]["settings"]["causal_lm"]["mode"] = "async"
+    del raw["models"]["tiny_lm"]["settings"]["causal_lm"]["mode"]  # an entry that does not say
     raw["models"] = {"tiny_lm": raw["models"]["tiny_lm"]}
     path.write_text(yaml.safe_dump(raw))
     archive = build_entry(Catalogue.load(path), "tiny_lm", root, root / "store", progress=lambda _: None).archive
@@ -211,3 +211,19 @@ def test_a_copy_of_an_archive_switched_to_async_carries_what_the_build_would_wri
     config = yaml.safe_load((back / "model-config.yaml").read_text())
     assert config.get("continuousBatching") is True and "asyncCommunication" not in config
     assert json.loads((back / "MAR-INF" / "MANIFEST.json").read_text())["model"]["handler"] == "handler.py"
+
+
+def test_the_generation_tuner_searches_worker_layouts_and_streams_for_an_async_archive(tiny_lm, tmp_path):
+    from benchmarks.bench.archive_settings import with_handler_settings
+    from benchmarks.tune import generation
+
+    archive = tiny_lm.parent / "store" / "tiny_lm.mar"
+    for mode in ("async", "step"):
+        with_handler_settings(archive, tmp_path / mode, "tiny_lm", {"causal_lm": {"mode": mode}})
+    assert generation.is_async(tmp_path / "async" / "tiny_lm.mar")
+    assert not generation.is_async(tmp_path / "step" / "tiny_lm.mar")
+    space = generation.search_space(True, cores=2)
+    assert {(s.batch_size, s.min_workers, s.threads) for s, _ in space} == {(1, 1, 2), (1, 2, 1)}
+    assert sorted({n for _, n in space}) == list(generation.BATCH_SIZES)
+    step = generation.search_space(False, cores=2)
+    assert [(s.batch_size, s.min_workers, n) for s, n in step] == [(b, 1, 0) for b in generation.BATCH_SIZES]

@@ -52,9 +52,15 @@ def test_precision_fp32_and_unknown():
         runtime.resolve_precision("fp8", torch.device("cpu"))
 
 
-def test_cpu_support_matches_onednn():
-    assert runtime.cpu_supports(torch.bfloat16) is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    assert runtime.cpu_supports(torch.float16) is bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+@pytest.mark.parametrize("flags, bf16, fp16", [
+    ({"avx512_f": True, "avx512_bf16": False, "amx_bf16": False}, False, False),  # oneDNN converts: not native
+    ({"avx512_f": True, "avx512_bf16": True}, True, False),
+    ({"amx_bf16": True, "amx_fp16": True}, True, True),
+    ({"avx512_fp16": True}, False, True),
+])
+def test_a_reduced_precision_counts_only_where_the_cpu_runs_it_natively(monkeypatch, flags, bf16, fp16):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
+    assert (runtime.cpu_supports(torch.bfloat16), runtime.cpu_supports(torch.float16)) == (bf16, fp16)
 
 
 def test_warm_up_runs_every_batch_size():

@@ -68,6 +68,18 @@ def test_variants_name_their_archives_and_the_first_is_the_default():
     assert [v.name for v in parse_entry("digits", digits_entry(serialisation="torchscript")).variants] == ["torchscript"]
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native-bf16", "converted-bf16"])
+def test_a_torchscript_variant_records_the_precision_it_is_traced_at(monkeypatch, native):
+    from handlers import runtime
+
+    monkeypatch.setattr(runtime, "cpu_supports", lambda dtype: native)
+    entry = parse_entry("digits", digits_entry(variants=["torchscript", "eager"],
+                                               settings={"runtime": {"precision": "bf16"}}))
+    traced, eager = (export.handler_section(entry, v)["runtime"]["precision"] for v in entry.variants)
+    assert traced == ("bf16" if native else "fp32")
+    assert eager == "bf16"  # an eager archive resolves it in the worker, where it runs
+
+
 # -- the gate's judgement -----------------------------------------------------------------------
 def inputs(n):
     return [GateInput(f"in{i}", None, "") for i in range(n)]
