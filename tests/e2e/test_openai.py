@@ -127,7 +127,7 @@ def llama_server(tmp_path_factory):
     <s> </s>, a chat template in tokenizer_config.json) built as a user's entry: the default mode."""
     root = tmp_path_factory.mktemp("llama-project")
     archive = llama_archive(tiny_llama(root / "brought" / "llama"), root,
-                            {"max_prompt_tokens": 64, "max_new_tokens": 24, "default_max_new_tokens": 8})
+                            {"max_prompt_tokens": 96, "max_new_tokens": 24, "default_max_new_tokens": 8})
     with TorchServe(archive.parent, models={"llama": ModelSettings(batch_size=1, max_batch_delay_ms=1)},
                     load=("llama",)) as ts:
         yield ts
