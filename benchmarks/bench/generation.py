@@ -143,15 +143,15 @@ def served(model: str, args) -> dict:
     """One sequence at a time against continuous batching, same archive and load, in `args.mode`:
     step mode's batchSize 1 against batchSize = clients; the async mode's max_running 1 (the
     worker runs one sequence, the others wait) against no cap."""
-    out = {"mode": args.mode}
+    out = {"mode": args.mode, "threads": args.threads}
     with tempfile.TemporaryDirectory(prefix="genbench-plain-") as tmp:
         for label, one in (("batch_size_1", True), ("continuous", False)):
             store = Path(tmp) / label
             cap = {"max_running": 1 if one else 0} if args.mode == "async" else {}
             features.with_settings(MODEL_STORE / f"{model}.mar", store, model, {**PLAIN, "mode": args.mode, **cap})
-            settings = settings_for(args.mode, 1 if one else args.clients)
-            log(f"served, {label}: {args.mode} mode, 1 worker, " + (f"max_running {cap['max_running']}" if cap else
-                                                                 f"batchSize {settings.batch_size}"))
+            settings = settings_for(args.mode, 1 if one else args.clients, threads=args.threads)
+            how = f"max_running {cap['max_running']}" if cap else f"batchSize {settings.batch_size}"
+            log(f"served, {label}: {args.mode} mode, 1 worker x {args.threads} thread(s), {how}")
             with TorchServe(store, models={model: settings}, load=(model,)) as server:
                 probes(server, model, 3)  # warm the path
                 out[label] = throughput(server, model, args.clients, args.new_tokens, args.rounds)
@@ -197,7 +197,8 @@ def markdown(report: dict) -> str:
         f"Batched in-process: {ip['batched_tokens_per_s']} tokens/s at 1 / 8 sequences.",
         *by_threads_lines(ip),
         "",
-        f"## Served: continuous batching vs one sequence at a time (same archive, {sv.get('mode', 'step')} mode)",
+        f"## Served: continuous batching vs one sequence at a time (same archive, {sv.get('mode', 'step')} mode, "
+        f"1 worker x {sv.get('threads', 'the plan')} thread(s))",
         "",
         "One at a time: " + ("max_running 1 (the worker runs one sequence, the others wait in it)."
                              if sv.get("mode") == "async" else "batchSize 1."),

@@ -76,7 +76,7 @@ def inprocess_speculation(handler, model_dir: Path, new_tokens: int, repeats: in
 
 
 # ---- served -------------------------------------------------------------------------------------
-def served_speculation(model: str, tmp: Path, new_tokens: int, mode: str) -> dict:
+def served_speculation(model: str, tmp: Path, new_tokens: int, mode: str, threads: int) -> dict:
     """Tokens/s at 1, 2 and 8 closed-loop clients for each speculation setting (`mode`: how
     TorchServe drives the engine)."""
     out = {}
@@ -85,7 +85,7 @@ def served_speculation(model: str, tmp: Path, new_tokens: int, mode: str) -> dic
         with_settings(MODEL_STORE / f"{model}.mar", store, model,
                       {"speculation": speculation, "prefix_cache_mib": 0, "mode": mode})
         log(f"served speculation {speculation}: TorchServe, {mode} mode")
-        with TorchServe(store, models={model: settings_for(mode, 8)}, load=(model,)) as server:
+        with TorchServe(store, models={model: settings_for(mode, 8, threads=threads)}, load=(model,)) as server:
             probes(server, model, 3)
             out[speculation] = {}
             for clients, rounds in ((1, 12), (2, 8), (8, 4)):
@@ -110,7 +110,7 @@ def shared_prefix_prompts(tokenizer, prefix_tokens: int, misses: int) -> tuple:
     return texts[0], texts[1:]
 
 
-def prefix_experiment(model: str, tmp: Path, count: int, prefix_tokens: int, mode: str) -> dict:
+def prefix_experiment(model: str, tmp: Path, count: int, prefix_tokens: int, mode: str, threads: int) -> dict:
     from tokenizers import Tokenizer
 
     with zipfile.ZipFile(MODEL_STORE / f"{model}.mar") as archive:
@@ -121,7 +121,7 @@ def prefix_experiment(model: str, tmp: Path, count: int, prefix_tokens: int, mod
                   {"speculation": "off", "prefix_cache_mib": 64, "mode": mode})
     log(f"prefix cache: {count} hits and {count} misses, alternating, {prefix_tokens}-token prefixes")
     hits, misses = [], []
-    with TorchServe(store, models={model: settings_for(mode, 8)}, load=(model,)) as server:
+    with TorchServe(store, models={model: settings_for(mode, 8, threads=threads)}, load=(model,)) as server:
         probes(server, model, 3)
         body = {"prompt": shared, "max_new_tokens": 8}
         first = generate(server.client, model, body)  # a miss: the prefix is now cached
@@ -143,7 +143,7 @@ def prefix_experiment(model: str, tmp: Path, count: int, prefix_tokens: int, mod
 
 
 def priority_experiment(model: str, tmp: Path, load_clients: int, max_running: int, long_tokens: int,
-                        mode: str) -> dict:
+                        mode: str, threads: int) -> dict:
     """High-priority short requests on an idle server and with `load_clients` low-priority long
     generations (more than max_running: some wait); low-priority short ones beside them."""
     store = tmp / "priority"
@@ -154,7 +154,7 @@ def priority_experiment(model: str, tmp: Path, load_clients: int, max_running: i
     long_body = {"prompt": PROMPTS[1], "max_new_tokens": long_tokens, "ignore_eos": True}
     idle, busy, busy_low, background = [], [], [], []
     blocks = 4
-    with TorchServe(store, models={model: settings_for(mode, batch)}, load=(model,)) as server:
+    with TorchServe(store, models={model: settings_for(mode, batch, threads=threads)}, load=(model,)) as server:
         probes(server, model, 3)
 
         def probe(headers, count):
@@ -195,16 +195,21 @@ def priority_experiment(model: str, tmp: Path, load_clients: int, max_running: i
 
 def served(model: str, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="genbench-stores-") as tmp:
-        return {"mode": args.mode,
-                "speculation": served_speculation(model, Path(tmp), args.spec_tokens, args.mode),
-                "prefix": prefix_experiment(model, Path(tmp), args.prefix_probes, args.prefix_tokens, args.mode),
+        return {"mode": args.mode, "threads": args.threads,
+                "speculation": served_speculation(model, Path(tmp), args.spec_tokens, args.mode, args.threads),
+                "prefix": prefix_experiment(model, Path(tmp), args.prefix_probes, args.prefix_tokens, args.mode,
+                                            args.threads),
                 "priority": priority_experiment(model, Path(tmp), args.low_clients, args.max_running, args.long_tokens,
-                                                args.mode)}
+                                                args.mode, args.threads)}
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--mode", choices=GENERATION_MODES, default="async",
-                        help="how TorchServe drives the engine in the speculation, prefix-cache and priority runs")
+                        help="how TorchServe drives the engine in the served runs (the modes part serves both)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads of the one worker in the served runs (default 1: on two cores the "
+                             "layout that serves the most, leaving a core to the frontend and the clients; the "
+                             "modes part measures 1 and 2)")
     parser.add_argument("--spec-tokens", type=int, default=128, help="tokens per request, served speculation")
     parser.add_argument("--prefix-probes", type=int, default=200,
                         help="hit / miss pairs (reports print a p99 over fewer than 1,000 as the p90 and n)")
@@ -232,7 +237,8 @@ def markdown(report: dict) -> list[str]:
         "",
         "Speed-ups are ratios of medians. Acceptance: drafted tokens kept / drafted (last repeat).",
         "",
-        "## Speculative decoding, served (continuous batching, batchSize 8, tokens/s)",
+        f"## Speculative decoding, served ({sv.get('mode', 'step')} mode, 1 worker x {sv.get('threads', 'the plan')} "
+        "thread(s), tokens/s)",
         "",
         "| speculation | 1 client | 2 clients | 8 clients |",
         "|---|---|---|---|",

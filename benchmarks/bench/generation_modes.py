@@ -56,46 +56,51 @@ def ttft_blocks(server: TorchServe, model: str, clients: int, probes_each: int, 
     return out
 
 
-# The async mode's worker layouts on two cores: the tuner may choose any of them.
-LAYOUTS = (("1 worker x 1 thread", 1, 1), ("1 worker x 2 threads", 1, 2), ("2 workers x 1 thread", 2, 1))
+THREADS = (1, 2)  # one worker's intra-op threads, each mode at each
+TWO_WORKERS = "2 workers x 1 thread"  # the async mode's other layout on two cores
 
 
 def compare(model: str, args, engine_by_threads: dict) -> dict:
-    """Both modes on one worker (the plan's threads), then the async mode's worker layouts; ratios
-    measured in this run. `engine_by_threads`: the in-process engine's tokens/s at the same batch,
-    by intra-op threads."""
-    out = {"modes": {}, "clients": args.clients, "probes": args.probes}
+    """Tokens/s of both modes on one worker at 1 and 2 intra-op threads, each next to the in-process
+    engine at the same threads; time to first token of both modes at `args.threads`; then the async
+    mode on two workers of one thread. Ratios measured in this run."""
+    out = {"modes": {}, "clients": args.clients, "probes": args.probes, "ttft_threads": args.threads}
     with tempfile.TemporaryDirectory(prefix="genbench-modes-") as tmp:
         for mode in MODES:
             store = Path(tmp) / mode
             with_handler_settings(MODEL_STORE / f"{model}.mar", store, model, {"causal_lm": {**PLAIN, "mode": mode}})
-            log(f"mode {mode}: 1 worker, {args.clients} streaming clients x {args.rounds} x {args.new_tokens} tokens")
-            with TorchServe(store, models={model: settings_for(mode, args.clients)}, load=(model,)) as server:
-                probes(server, model, 3)  # warm the path
-                figures = throughput(server, model, args.clients, args.new_tokens, args.rounds)
-                figures["threads"] = server_threads(server, model)
-                log(f"  {figures['tokens_per_s']} tokens/s ({figures['threads']} thread(s))")
-                figures.update(ttft_blocks(server, model, args.clients, args.probes, args.long_tokens))
-                log(f"  TTFT idle {stats.tail_text(figures['ttft_idle'])}, busy {stats.tail_text(figures['ttft_busy'])}")
-            figures["step_ms"] = round(1000 * args.clients / figures["tokens_per_s"], 2)
-            engine = engine_by_threads.get(str(figures["threads"]))
-            figures["over_inprocess"] = round(figures["tokens_per_s"] / engine, 2) if engine else None
-            out["modes"][mode] = figures
-        for label, workers, threads in LAYOUTS:
-            log(f"async, {label}: {args.clients} clients")
-            with TorchServe(Path(tmp) / "async", models={model: settings_for("async", args.clients, workers, threads)},
-                            load=(model,)) as server:
-                probes(server, model, 3)
-                figures = throughput(server, model, args.clients, args.new_tokens, args.rounds)
-            engine = engine_by_threads.get(str(threads)) if workers == 1 else None
-            figures["over_inprocess"] = round(figures["tokens_per_s"] / engine, 2) if engine else None
-            out.setdefault("workers", {})[label] = figures
-            log(f"  {figures['tokens_per_s']} tokens/s")
+            for threads in THREADS:
+                log(f"mode {mode}: 1 worker x {threads} thread(s), {args.clients} streaming clients x {args.rounds} x "
+                    f"{args.new_tokens} tokens")
+                with TorchServe(store, models={model: settings_for(mode, args.clients, threads=threads)},
+                                load=(model,)) as server:
+                    probes(server, model, 3)  # warm the path
+                    figures = throughput(server, model, args.clients, args.new_tokens, args.rounds)
+                    figures["threads"] = server_threads(server, model)
+                    log(f"  {figures['tokens_per_s']} tokens/s ({figures['threads']} thread(s))")
+                    if threads == args.threads:
+                        figures.update(ttft_blocks(server, model, args.clients, args.probes, args.long_tokens))
+                        log(f"  TTFT idle {stats.tail_text(figures['ttft_idle'])}, busy "
+                            f"{stats.tail_text(figures['ttft_busy'])}")
+                figures["step_ms"] = round(1000 * args.clients / figures["tokens_per_s"], 2)
+                engine = engine_by_threads.get(str(figures["threads"]))
+                figures["over_inprocess"] = round(figures["tokens_per_s"] / engine, 2) if engine else None
+                out["modes"].setdefault(mode, {})[str(threads)] = figures
+        log(f"async, {TWO_WORKERS}: {args.clients} clients")
+        with TorchServe(Path(tmp) / "async", models={model: settings_for("async", args.clients, 2, 1)},
+                        load=(model,)) as server:
+            probes(server, model, 3)
+            out["two_workers"] = throughput(server, model, args.clients, args.new_tokens, args.rounds)
+        log(f"  {out['two_workers']['tokens_per_s']} tokens/s")
     out["engine_by_threads"] = engine_by_threads
-    step, asyn = out["modes"]["step"], out["modes"]["async"]
-    out["async_over_step"] = round(asyn["tokens_per_s"] / step["tokens_per_s"], 2)
-    for figures in out["modes"].values():
-        figures["ttft_busy_over_idle"] = stats.tail_ratio(figures["ttft_busy"], figures["ttft_idle"])
+    out["async_over_step"] = {t: round(out["modes"]["async"][t]["tokens_per_s"] / out["modes"]["step"][t]["tokens_per_s"], 2)
+                              for t in out["modes"]["async"]}
+    best = {mode: max(runs.values(), key=lambda f: f["tokens_per_s"]) for mode, runs in out["modes"].items()}
+    out["best_over_best"] = round(best["async"]["tokens_per_s"] / best["step"]["tokens_per_s"], 2)
+    for runs in out["modes"].values():
+        for figures in runs.values():
+            if "ttft_idle" in figures:
+                figures["ttft_busy_over_idle"] = stats.tail_ratio(figures["ttft_busy"], figures["ttft_idle"])
     return out
 
 
@@ -111,21 +116,21 @@ def markdown(report: dict) -> list[str]:
     m = report.get("modes_compared")
     if not m:
         return []
-    rows = [f"| {mode} | {f['threads']} | {f['tokens_per_s']} | {f['step_ms']} | {f['over_inprocess']}x | "
-            f"{stats.tail_cell(f['ttft_idle'])} | {stats.tail_cell(f['ttft_busy'])} | {f['ttft_busy_over_idle']} |"
-            for mode, f in m["modes"].items()]
-    layouts = [f"| {label} | {f['tokens_per_s']} | {'' if f['over_inprocess'] is None else str(f['over_inprocess']) + 'x'} |"
-               for label, f in m.get("workers", {}).items()]
+    rows = [f"| {mode} | {t} | {f['tokens_per_s']} | {f['step_ms']} | {f['over_inprocess']}x |"
+            for mode, runs in m["modes"].items() for t, f in runs.items()]
+    ttft = [f"| {mode} | {stats.tail_cell(f['ttft_idle'])} | {stats.tail_cell(f['ttft_busy'])} | {f['ttft_busy_over_idle']} |"
+            for mode, runs in m["modes"].items() for f in runs.values() if "ttft_idle" in f]
     engine = m["engine_by_threads"]
+    ratios = ", ".join(f"{r}x at {t} thread(s)" for t, r in m["async_over_step"].items())
     return [
         "## Asynchronous worker mode against the step-per-call mode (same archive, same load)", "",
-        f"{m['clients']} streaming clients; TTFT: {m['probes']} short requests per distribution, idle and with "
-        f"{m['clients'] - 1} long generations running, in {BLOCKS} alternating blocks. One worker with the plan's "
-        f"threads. The in-process engine at {m['clients']} sequences: "
-        + ", ".join(f"{v} tokens/s ({k} thread(s))" for k, v in engine.items()) + ".", "",
-        "| mode | threads | tokens/s | ms per step (served) | / in-process, same threads | TTFT idle p99 ms | "
-        "TTFT busy p99 ms | busy / idle |",
-        "|---|---|---|---|---|---|---|---|", *rows, "",
-        f"Async over step: **{m['async_over_step']}x** tokens/s.", "",
-        "| async, workers | tokens/s | / in-process, same threads |", "|---|---|---|", *layouts, "",
+        f"{m['clients']} streaming clients on one worker. The in-process engine at {m['clients']} sequences (tokens/s): "
+        + ", ".join(f"{v} ({k if ',' in k else k + ' thread(s)'})" for k, v in engine.items()) + ".", "",
+        "| mode | threads | tokens/s | ms per step (served) | / in-process, same threads |",
+        "|---|---|---|---|---|", *rows, "",
+        f"Async over step: {ratios}; each mode at its best: **{m['best_over_best']}x**. Async on "
+        f"{TWO_WORKERS}: {m['two_workers']['tokens_per_s']} tokens/s.", "",
+        f"Time to first token at {m['ttft_threads']} thread(s): {m['probes']} short requests per distribution, idle "
+        f"and with {m['clients'] - 1} long generations running, in {BLOCKS} alternating blocks.", "",
+        "| mode | TTFT idle p99 ms | TTFT busy p99 ms | busy / idle |", "|---|---|---|---|", *ttft, "",
     ]

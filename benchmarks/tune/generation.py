@@ -13,8 +13,8 @@ server and the choice measured again. What the search varies follows the archive
   stalls a worker's running sequences while another worker of the model idles (Model.pollInferJob
   holds the queue lock through its wait), so the handler refuses a second worker.
 - async mode: the frontend forwards each request (batchSize 1) and the worker's loop batches every
-  sequence it holds, so the search is over the worker layout (one worker with all the cores, or
-  one worker per core of one thread each) and the load (concurrent streams). The layout is
+  sequence it holds, so the search is over the worker layout (one worker with all the cores, one
+  worker of one thread, or one worker per core of one thread each) and the load (concurrent streams). The layout is
   written, its record holding the chosen load's tokens/s; the report lists every load.
 """
 
@@ -98,7 +98,9 @@ def search_space(asynchronous: bool, cores: int) -> list[tuple[ModelSettings, in
     if not asynchronous:
         return [(ModelSettings(batch_size=b, max_batch_delay_ms=1, min_workers=1, max_workers=1, threads=cores), 0)
                 for b in BATCH_SIZES]
-    layouts = [(1, cores)] + ([(cores, 1)] if cores > 1 else [])
+    # One worker on every core; one worker of one thread, leaving the other cores to the frontend and
+    # the sends; one worker of one thread per core.
+    layouts = [(1, cores)] + ([(1, 1), (cores, 1)] if cores > 1 else [])
     return [(ModelSettings(batch_size=1, max_batch_delay_ms=1, min_workers=w, max_workers=w, threads=t), n)
             for w, t in layouts for n in BATCH_SIZES]
 

@@ -223,7 +223,7 @@ def test_the_generation_tuner_searches_worker_layouts_and_streams_for_an_async_a
     assert generation.is_async(tmp_path / "async" / "tiny_lm.mar")
     assert not generation.is_async(tmp_path / "step" / "tiny_lm.mar")
     space = generation.search_space(True, cores=2)
-    assert {(s.batch_size, s.min_workers, s.threads) for s, _ in space} == {(1, 1, 2), (1, 2, 1)}
+    assert {(s.batch_size, s.min_workers, s.threads) for s, _ in space} == {(1, 1, 2), (1, 1, 1), (1, 2, 1)}
     assert sorted({n for _, n in space}) == list(generation.BATCH_SIZES)
     step = generation.search_space(False, cores=2)
     assert [(s.batch_size, s.min_workers, n) for s, n in step] == [(b, 1, 0) for b in generation.BATCH_SIZES]
