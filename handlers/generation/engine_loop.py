@@ -90,7 +90,8 @@ IDLE_WAIT_MIN_S = 0.05  # an idle loop wakes at most this often, whatever stats_
 class EngineLoop:
     def __init__(self, engine: Engine, max_running: int = 0, on_stats: Optional[Callable[[LoopStats], None]] = None,
                  stats_every_s: float = 1.0, after_step: Callable[[], None] = lambda: None) -> None:
-        """`after_step`: called once a step's events are delivered (to send what they made at once)."""
+        """`after_step`: called once a step's (or a prefill's) events are delivered, to send what they
+        made at once."""
         self.engine = engine
         self.after_step = after_step
         self.max_running = max_running
@@ -142,7 +143,11 @@ class EngineLoop:
                     self._report()
                     continue
             self.iterate()
-            await asyncio.sleep(0)  # the loop takes arrivals and sends what this step made
+            # Two turns of the asyncio loop before the next step: a request that arrived during this
+            # step becomes a task in the first turn and submits itself in the second (one turn would
+            # leave it for the step after next).
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
 
     def iterate(self) -> None:
         """Admit what arrived, advance every running sequence one step, hand out the new text."""
@@ -157,6 +162,7 @@ class EngineLoop:
                     self._stats.tokens += 1
                     self._stats.ttft_ms.append((seq.token_times[0] - self._tickets[seq.key].arrived) * 1000.0)
                 self._deliver(starting)
+                self.after_step()  # their first tokens go out now, not after the step below
             moved = self.engine.step() if self.engine.running else []
             self._stats.steps += bool(moved)
             for seq in moved:
