@@ -98,7 +98,13 @@ def assert_mix_served(ts: TorchServe) -> None:
     payloads = mixed_payloads(mix, {m: loadgen.payloads_for(m) for m in mix.names})
     runner.warm_up(target, payloads, seconds=2.0, concurrency=4)
     point = mixed_point(target, mix, payloads, total, RULE, WINDOW_S, connections=16, progress=lambda line: None)
-    assert point.passes(), f"{point.describe()}; per model: {json.dumps(dict(point.models), default=str)[:1500]}"
+    # Not point.passes(): its keep-up rule (achieved >= 95% of offered) is a capacity criterion, and
+    # at ~35 requests a model, the two or three still in flight at a window's edge fail it. Here every
+    # request scheduled must be answered, without errors, within its tail bound.
+    failed = [m for m in mix.names
+              if point.models[m]["errors"] or point.models[m]["unanswered"] or point.model_p99_ms(m) is None
+              or point.model_p99_ms(m) > point.slo_ms[m]]
+    assert not failed, f"{point.describe()}; per model: {json.dumps(dict(point.models), default=str)[:1500]}"
 
 
 def planned(config: Path) -> dict[str, int]:

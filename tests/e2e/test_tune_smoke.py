@@ -90,10 +90,19 @@ def test_only_the_stanza_and_provenance_changed(tuned):
         chosen["batch_size"], chosen["max_batch_delay_ms"], chosen["workers"], chosen["workers"])
     before = properties.parse(tuned["original"])
     after = properties.parse(written)
-    assert {k: v for k, v in before.items() if k != "models"} == {k: v for k, v in after.items() if k != "models"}
+    rewritten = {"models", "load_models"}
+    assert ({k: v for k, v in before.items() if k not in rewritten}
+            == {k: v for k, v in after.items() if k not in rewritten})
     models_before, models_after = json.loads(before["models"]), json.loads(after["models"])
     for other in set(models_before) - {MODEL}:
         assert models_after[other] == models_before[other], other  # the other models untouched
+    # load_models: the other models' items as they were; the tuned one's is the variant the fit chose.
+    items_before = dict(item.split("=", 1) for item in before["load_models"].split(","))
+    items_after = dict(item.split("=", 1) for item in after["load_models"].split(","))
+    assert items_after.keys() == items_before.keys()
+    assert {m: a for m, a in items_after.items() if m != MODEL} == {m: a for m, a in items_before.items() if m != MODEL}
+    version = next(iter(models_after[MODEL]))
+    assert items_after[MODEL] == models_after[MODEL][version]["marName"], (items_after[MODEL], tuned["report"]["variant"])
     assert f"# tuned {MODEL}: " in written and tuned["folder"].name in written
 
 
