@@ -284,12 +284,12 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
             progress(f"  {name} {variant.name}: not archived (the gate rejected it)")
             return VariantResult(variant.name, None, verdict.summary, verdict.worst, size, speed, rebuilt=True)
         served = Path(shutil.move(str(served), stage / served.name))
-        model_config = {**settings.archive_keys(), "handler": section}
+        model_config = {**family.archive_keys(family.settings), "handler": section}
         (stage / "model-config.yaml").write_text(yaml.safe_dump(model_config, sort_keys=False))
         progress(f"  {name} {variant.name}: archiving")
         out = stage / "out"
         out.mkdir()
-        built = package(entry, stage, content, served, out, settings.handler_entry())
+        built = package(entry, stage, content, served, out, family.handler_entry(family.settings))
         os.replace(built, archive)
     return VariantResult(variant.name, archive, verdict.summary if verdict else None,
                          verdict.worst if verdict else None, size, speed, rebuilt=True)

@@ -1,10 +1,12 @@
-"""The context of a batch the worker formed itself, from requests that each came with their own.
+"""The context of one message that answers several requests, each of which came with its own.
 
 In TorchServe's asynchronous mode every message arrives with its own context (ts/async_service.py
 deep-copies the worker's context per message, usually holding one request) and the answer's status,
-content type and headers are read back from that context when the message is answered. The request
-loop (handlers/handler.py) sees one batch with indices 0..n-1; this context forwards each index to
-the request's own context and its index there, so what the loop sets lands where TorchServe reads it.
+content type and headers are read back from that context when the message is answered. The async
+engine loop sends what one step streams, to every request it moved, as one message (StepMessages in
+handlers/generation/async_serving.py). That message's requests are indices 0..n-1 of this context,
+which forwards each index to the request's own context and its index there, so what is set or read
+lands where TorchServe keeps it.
 """
 
 from __future__ import annotations

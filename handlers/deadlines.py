@@ -3,7 +3,7 @@
 A request's budget is its `X-Request-Timeout-Ms` header, else the model's `runtime.deadline_ms`
 (0: no deadline). The budget counts from `X-Request-Start-Ms` (Unix time in ms, stamped by the
 client or a proxy in front of TorchServe) when the request carries it, else from the moment this
-worker received the batch (with worker batching, the request). TorchServe 0.12 does not tell a worker when its frontend received a
+worker received the batch. TorchServe 0.12 does not tell a worker when its frontend received a
 request: the frontend's encoder (`ModelRequestEncoder.encodeRequest`) sends the request id, the
 headers and the body only, and the arrival time (`Job.begin`) stays in the frontend. Without the
 start header, time spent in the frontend's queue and batch delay is therefore not counted.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -102,11 +102,9 @@ def _whole_ms(headers: Mapping[str, Any], name: str) -> Optional[int]:
     return int(text)
 
 
-def due_of(headers: Mapping[str, Any], default_ms: int, arrival: Arrival,
-           received: str = "the worker's receipt of its batch") -> Optional[Due]:
-    """A request's deadline from its headers and the model's default; None when it has none
-    (`received`: what `arrival` was, for the 504's message). Raises BadInput naming the header when
-    a value is malformed or out of range."""
+def due_of(headers: Mapping[str, Any], default_ms: int, arrival: Arrival) -> Optional[Due]:
+    """A request's deadline from its headers and the model's default; None when it has none.
+    Raises BadInput naming the header when a value is malformed or out of range."""
     timeout = _whole_ms(headers, TIMEOUT_HEADER)
     if timeout is not None and not 1 <= timeout <= MAX_TIMEOUT_MS:
         raise BadInput(f"{TIMEOUT_HEADER}: {timeout} is outside 1..{MAX_TIMEOUT_MS}", param=TIMEOUT_HEADER)
@@ -119,7 +117,7 @@ def due_of(headers: Mapping[str, Any], default_ms: int, arrival: Arrival,
         return None
     source = TIMEOUT_HEADER if timeout is not None else "runtime.deadline_ms"
     if start is None:
-        return Due(arrival.monotonic + budget / 1000.0, budget, source, received)
+        return Due(arrival.monotonic + budget / 1000.0, budget, source, "the worker's receipt of its batch")
     # A stamp slightly ahead of this clock (skew) counts as sent now.
     waited_ms = max(0.0, arrival.wall_ms - start)
     return Due(arrival.monotonic + (budget - waited_ms) / 1000.0, budget, source, START_HEADER)
@@ -149,17 +147,14 @@ class BatchDeadlines:
         self.late += sum(1 for idx in indices if idx in self.due and self.due[idx].at < now)
 
 
-def read(headers_of, count: int, default_ms: int,
-         arrivals: Optional[Sequence[Arrival]] = None) -> tuple[BatchDeadlines, dict[int, BadInput]]:
+def read(headers_of, count: int, default_ms: int) -> tuple[BatchDeadlines, dict[int, BadInput]]:
     """Every request's deadline (`headers_of(idx)`: its headers), and the requests whose deadline
-    headers are malformed, each with its 400. `arrivals`: when each request reached this worker (a
-    batch the worker formed itself holds requests received at different times); default: now."""
+    headers are malformed, each with its 400."""
     batch = BatchDeadlines(Arrival.now())
     refused: dict[int, BadInput] = {}
     for idx in range(count):
         try:
-            due = (due_of(headers_of(idx), default_ms, batch.arrival) if arrivals is None
-                   else due_of(headers_of(idx), default_ms, arrivals[idx], "the worker's receipt of the request"))
+            due = due_of(headers_of(idx), default_ms, batch.arrival)
         except BadInput as err:
             refused[idx] = err
             continue

@@ -8,8 +8,7 @@ normally; an error no check foresaw is that request's 500, logged with its trace
 whose deadline (handlers/deadlines.py) has passed gets its 504 without being computed. A KServe
 v1 / Open Inference Protocol v2 request (handlers/kserve.py) adds one item per instance to the
 batch's forward pass and is answered in its own protocol. The loop is two stages, `prepare` (up to
-the collated batch) and `complete` (the model onwards): worker batching (handlers/worker_batcher.py)
-runs them on two threads, one batch's inference beside the next one's decoding.
+the collated batch) and `complete` (the model onwards).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from typing import Any, Optional
 import torch
 
 from handlers import kserve, runtime, tracing
-from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, Arrival, ServiceTime
+from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
 from handlers.deadlines import read as read_deadlines
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import ConfigError, HandlerError, ServerFault
@@ -39,7 +38,6 @@ from handlers.request_parts import content_type, request_body, request_headers
 from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
 from handlers.stage_metrics import StageClock, TracedClock, emit, emit_cache, emit_deadlines
-from handlers.worker_batcher import max_batch
 from handlers.worker_threads import worker_threads
 
 log = logging.getLogger(__name__)
@@ -79,8 +77,7 @@ class Handler:
         self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"))
         rt = self.settings.runtime
         self.device = runtime.choose_device(props.get("gpu_id"))
-        self.max_batch_size = max_batch(rt, yaml_config, int(props.get("batch_size") or 1),
-                                        family_class(self.settings.family).generates, self.model_name)
+        self.max_batch_size = int(props.get("batch_size") or 1)
         workers = runtime.sibling_worker_count()
         own = yaml_config.get("minWorkers")
         self.threads, threads_from = worker_threads(rt, self.model_name, _model_version(context),
@@ -127,11 +124,10 @@ class Handler:
         self.initialized = True
         log.info(
             "%s ready in %.1fs: family=%s variant=%s device=%s threads=%d (from %s; workers=%d) precision=%s graph=%s "
-            "max_batch=%d (%s batching) frozen_objects=%d%s",
+            "max_batch=%d frozen_objects=%d%s",
             self.model_name, time.perf_counter() - started, self.settings.family,
             self.settings.variant or "-", self.device, self.threads,
-            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, rt.batching, frozen,
-            self._session_label(),
+            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
         )
 
     def _session_label(self) -> str:
@@ -178,14 +174,13 @@ class Handler:
             return answers
         return self.complete(self.prepare(data, context))
 
-    def prepare(self, data: list[Any], context, arrivals: Optional[list[Arrival]] = None) -> Prepared:
-        """The request loop's first stage: refusals, cached answers, deadlines, decoding and collating.
-        `arrivals`: when each request reached the worker (a batch the worker formed itself)."""
+    def prepare(self, data: list[Any], context) -> Prepared:
+        """The request loop's first stage: refusals, cached answers, deadlines, decoding and collating."""
         tracer = self.tracing  # off: this check and a no-op clock.mark are all that tracing costs a batch
         batch = Prepared(context, len(data), StageClock() if tracer is None else TracedClock(), [None] * len(data))
         clock, results, refused = batch.clock, batch.results, batch.refused
         batch.deadlines, malformed = read_deadlines(lambda idx: request_headers(context, idx), len(data),
-                                                    self.settings.runtime.deadline_ms, arrivals)
+                                                    self.settings.runtime.deadline_ms)
         self._refuse(context, results, refused, malformed)
         batch.keys, todo, batch.same_as = self._cached(data, context, results,
                                                        [i for i in range(len(data)) if i not in refused])

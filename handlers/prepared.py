@@ -1,6 +1,5 @@
 """One batch between the request loop's two stages: what Handler.prepare decided and decoded (refusals,
-cached answers, deadlines, the collated inputs) and what Handler.complete needs to answer it. Worker
-batching (handlers/worker_batcher.py) prepares one batch while the one before it completes."""
+cached answers, deadlines, the collated inputs) and what Handler.complete needs to answer it."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -70,14 +69,8 @@ class ResponseCache:
         self.entries: OrderedDict[bytes, tuple[bytes, float]] = OrderedDict()  # key -> (answer, stored at)
         self.nbytes = 0
         self.counts = CacheCounts()
-        # Worker batching reads the cache for the next batch while the one before it stores answers.
-        self.lock = threading.Lock()
 
     def get(self, key: bytes) -> Optional[bytes]:
-        with self.lock:
-            return self._get(key)
-
-    def _get(self, key: bytes) -> Optional[bytes]:
         found = self.entries.get(key)
         if found is not None and self.ttl_s and self.clock() - found[1] > self.ttl_s:
             self._drop(key)
@@ -90,10 +83,6 @@ class ResponseCache:
         return found[0]
 
     def put(self, key: bytes, answer: bytes) -> None:
-        with self.lock:
-            self._put(key, answer)
-
-    def _put(self, key: bytes, answer: bytes) -> None:
         size = len(answer) + len(key)
         if size > self.max_bytes:
             return
@@ -110,8 +99,7 @@ class ResponseCache:
         self.nbytes -= len(answer) + len(key)
 
     def take_counts(self) -> CacheCounts:
-        with self.lock:
-            counts, self.counts = self.counts, CacheCounts()
+        counts, self.counts = self.counts, CacheCounts()
         return counts
 
 

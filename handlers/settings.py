@@ -20,13 +20,6 @@ from handlers.sources import Source, source_from
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Graph = Literal["eager", "torchscript", "compile", "onnx"]
-# Who forms batches: TorchServe's frontend (batchSize, maxBatchDelay), or the worker itself, in
-# TorchServe's asynchronous mode (handlers/worker_batcher.py).
-Batching = Literal["frontend", "worker"]
-MAX_BATCH_WINDOW_MS = 1000
-MAX_WORKER_BATCH = 1024
-# The handler file of TorchServe's asynchronous worker mode (`async def handle`).
-ASYNC_ENTRY = "handlers/async_handler.py"
 # Graphs serialised whole at build time: the worker loads them and needs no architecture source.
 SERIALISED_GRAPHS = ("torchscript", "onnx")
 
@@ -97,12 +90,6 @@ class RuntimeSettings:
     # OpenTelemetry spans per request (handlers/tracing.py): null follows the worker's environment
     # (on when OTEL_EXPORTER_OTLP_ENDPOINT is set), true/false force it on/off for this archive.
     tracing: Optional[bool] = None
-    # worker: the archive runs in TorchServe's asynchronous mode; the frontend forwards each request
-    # at once and the worker batches them: up to worker_batch_size requests, closed batch_window_ms
-    # after the first one arrived, decoded while the batch before it runs (handlers/worker_batcher.py).
-    batching: Batching = "frontend"
-    batch_window_ms: int = 1
-    worker_batch_size: int = 8
 
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:
@@ -113,10 +100,6 @@ class RuntimeSettings:
             raise ConfigError(f"runtime.interop_threads: must be >= 1, got {self.interop_threads}")
         if not 0 <= self.deadline_ms <= MAX_TIMEOUT_MS:
             raise ConfigError(f"runtime.deadline_ms: must be 0 (no deadline) .. {MAX_TIMEOUT_MS}, got {self.deadline_ms}")
-        if not 0 <= self.batch_window_ms <= MAX_BATCH_WINDOW_MS:
-            raise ConfigError(f"runtime.batch_window_ms: must be 0 .. {MAX_BATCH_WINDOW_MS}, got {self.batch_window_ms}")
-        if not 1 <= self.worker_batch_size <= MAX_WORKER_BATCH:
-            raise ConfigError(f"runtime.worker_batch_size: must be 1 .. {MAX_WORKER_BATCH}, got {self.worker_batch_size}")
 
 
 @dataclass(frozen=True)
@@ -171,19 +154,4 @@ class HandlerSettings:
         if (settings.runtime.graph in SERIALISED_GRAPHS) == (settings.source is not None):
             raise ConfigError(f"{where}.source: an eager archive needs one (how to rebuild the architecture), "
                               "a TorchScript or ONNX one has none")
-        if settings.runtime.batching == "worker" and family.generates:
-            raise ConfigError(f"{where}.runtime.batching: worker batching is for request/response families; {name} "
-                              "generates, batching its sequences itself: remove runtime.batching")
         return settings
-
-    def archive_keys(self) -> Mapping[str, Any]:
-        """Keys the archive's model-config.yaml needs beside `handler:` (TorchServe's frontend modes)."""
-        if self.runtime.batching == "worker":
-            return {"asyncCommunication": True}  # the frontend forwards each request as it comes
-        return family_class(self.family).archive_keys(self.family_settings)
-
-    def handler_entry(self) -> str:
-        """The archive's handler file, a path inside the handlers package's folder."""
-        if self.runtime.batching == "worker":
-            return ASYNC_ENTRY
-        return family_class(self.family).handler_entry(self.family_settings)

@@ -16,8 +16,7 @@ of that capacity (the tail at low load). `--full` runs instead a closed-loop con
 (1, 2, 4, ... until throughput rises by <5%) and open-loop points at fractions of its peak before
 the search. `--stock` adds the stock baseline (naive handlers, TorchServe defaults) through the
 same load; `--ceiling` the no-op handler's ceiling (benchmarks/bench/served_path.py);
-`--compare-variant` another archive of the model and `--compare-batching` ours' archive with worker
-batching (runtime.batching: worker), each under the same settings and load. Each point
+`--compare-variant` another archive of the model under the same settings and load. Each point
 runs in windows until the stability rule holds. Servers are stopped on every exit path. Writes
 benchmarks/reports/<model>-<time>/ (report.json, results.csv, report.md, PNG plots).
 """
@@ -55,8 +54,6 @@ STOCK_PROPERTIES = "metrics_mode=prometheus\n"
 # Without a sweep, the first open-loop rate: this share of the in-process limit (what a server can
 # at best approach), from which the capacity search steps up or down.
 START_FRACTION = 0.5
-# The run of ours' archive with worker batching (--compare-batching).
-WORKER_BATCHING = "worker batching"
 
 
 # -- steps ------------------------------------------------------------------------------------
@@ -124,8 +121,10 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
             "others_cpu_pct": round(others, 1), "remeasured": attempt == 2}
 
 
-def archive_of(cfg: BenchConfig, store: Path, variant: Optional[str] = None) -> str:
-    """The file name of `variant`'s archive (default: cfg's) in `store`, which must hold it."""
+def run_ours(cfg: BenchConfig, store: Path, variant: Optional[str] = None, label: str = "ours") -> ServerRun:
+    """Our handler on a TorchServe with cfg's settings (and load plan), serving `variant`'s archive
+    (default: cfg's)."""
+    from benchmarks.load.runner import run_server
     from build.catalogue import Catalogue
 
     entry = Catalogue.load(CATALOGUE).entry(cfg.model)
@@ -133,40 +132,10 @@ def archive_of(cfg: BenchConfig, store: Path, variant: Optional[str] = None) -> 
     if not (store / archive).is_file():
         raise BenchmarkError(f"{archive} is not archived: the build's accuracy gate rejected it "
                              "(model_store/build_report.md)")
-    return archive
-
-
-def run_ours(cfg: BenchConfig, store: Path, variant: Optional[str] = None, label: str = "ours") -> ServerRun:
-    """Our handler on a TorchServe with cfg's settings (and load plan), serving `variant`'s archive
-    (default: cfg's)."""
-    from benchmarks.load.runner import run_server
-
-    archive = archive_of(cfg, store, variant)
     progress(f"[{label}] starting TorchServe: {cfg.settings}, archive {archive}")
     with TorchServe(store, base_config=cfg.base_config, models={cfg.model: cfg.settings}, load=(cfg.model,),
                     archives={cfg.model: archive}, extra_properties=METRICS_PROPERTIES) as ts:
         return run_server(label, ts, cfg.model, cfg.plan, progress)
-
-
-def worker_batching(settings: ModelSettings) -> dict:
-    """The runtime settings that batch in the worker as `settings` batch in the frontend: the same
-    batch size, and a batch closed the batch delay after its first request."""
-    from handlers.settings import MAX_BATCH_WINDOW_MS
-
-    return {"batching": "worker", "worker_batch_size": settings.batch_size,
-            "batch_window_ms": min(settings.max_batch_delay_ms, MAX_BATCH_WINDOW_MS)}
-
-
-def run_worker_batching(cfg: BenchConfig, store: Path, tmp: Path) -> ServerRun:
-    """Ours' archive copied with worker batching, under the same workers, threads and load; its
-    frontend forwards each request at once (batchSize 1)."""
-    from benchmarks.bench.archive_settings import with_handler_settings
-
-    archive = archive_of(cfg, store)
-    folder = tmp / "worker-batching"
-    with_handler_settings(store / archive, folder, archive.removesuffix(".mar"),
-                          {"runtime": worker_batching(cfg.settings)})
-    return run_ours(replace(cfg, settings=replace(cfg.settings, batch_size=1)), folder, label=WORKER_BATCHING)
 
 
 def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
@@ -223,9 +192,6 @@ def run(cfg: BenchConfig) -> Path:
         for variant in cfg.compare:
             quiet(variant)
             runs[f"variant {variant}"] = run_ours(cfg, store, variant, f"variant {variant}")
-        if cfg.compare_batching:
-            quiet(WORKER_BATCHING)
-            runs[WORKER_BATCHING] = run_worker_batching(cfg, store, tmp)
         no_stock = None if cfg.stock else "not asked for (--stock)"
         if cfg.stock:
             quiet("stock")
@@ -240,7 +206,6 @@ def run(cfg: BenchConfig) -> Path:
         "ours": {**asdict(cfg.settings), "threads_requested": cfg.threads, "threads_resolved": threads,
                  "variant": cfg.variant},
         "compared_variants": list(cfg.compare),
-        "worker_batching": {"runtime": worker_batching(cfg.settings), "batch_size": 1} if cfg.compare_batching else None,
         "stock": {"handler": "benchmarks/bench/baseline (eager fp32, per-request PIL/tokenizer, pad to 128)",
                   "properties": STOCK_PROPERTIES.strip(), "workers_requested": cfg.stock_workers,
                   "missing": no_stock},

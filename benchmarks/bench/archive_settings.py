@@ -2,9 +2,8 @@
 how a benchmark or a test serves one model under settings the catalogue does not ship.
 
 What the settings decide beyond the handler section follows them, as the build writes it: the
-frontend keys of model-config.yaml (a causal LM's asyncCommunication or continuousBatching, worker
-batching's asyncCommunication) and the handler file TorchServe runs (MANIFEST.json's, at the
-archive's root).
+family's frontend keys of model-config.yaml (a causal LM's asyncCommunication or continuousBatching)
+and the handler file TorchServe runs (MANIFEST.json's, at the archive's root).
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from handlers.families import family_class
 from handlers.settings import HandlerSettings
 
 MANIFEST = "MAR-INF/MANIFEST.json"
@@ -32,10 +32,11 @@ def with_handler_settings(src: Path, store: Path, name: str, sections: Mapping[s
         for section, values in sections.items():
             config["handler"].setdefault(section, {}).update(values)
         after = HandlerSettings.from_mapping(config["handler"])
-        for key in before.archive_keys():
+        family = family_class(after.family)
+        for key in family.archive_keys(before.family_settings):
             config.pop(key, None)
-        config = {**after.archive_keys(), **config}
-        entry = after.handler_entry()
+        config = {**family.archive_keys(after.family_settings), **config}
+        entry = family.handler_entry(after.family_settings)
         manifest = json.loads(old.read(MANIFEST))
         manifest["model"]["handler"] = Path(entry).name
         replaced = {"model-config.yaml": yaml.safe_dump(config, sort_keys=False).encode(),

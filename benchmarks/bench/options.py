@@ -36,7 +36,6 @@ class BenchConfig:
     ceiling: bool  # the no-op handler's ceiling (benchmarks/bench/served_path.py)
     variant: str  # the archive ours serves (build/variants.py): config.properties' marName unless --variant
     compare: tuple  # other variants served with the same settings and load, same run
-    compare_batching: bool  # ours' archive also served with worker batching, same settings and load
     out: Path
     smoke: bool
     command: str
@@ -70,10 +69,6 @@ def parser() -> argparse.ArgumentParser:
                                      "names, i.e. what make tune chose; else the entry's default)")
     g.add_argument("--compare-variant", action="append", default=[], metavar="VARIANT",
                    help="also serve this variant's archive with the same settings and load, same run (repeatable)")
-    g.add_argument("--compare-batching", action="store_true",
-                   help="also serve ours' archive with worker batching (runtime.batching: worker: TorchServe's "
-                        "asynchronous mode, the frontend forwarding each request at once and the worker batching "
-                        "up to the batch size within the batch delay), same load, same run")
     g = p.add_argument_group("load")
     g.add_argument("--concurrency", type=_numbers(int), metavar="N,N,...",
                    help="closed-loop levels, all run (default: 1; --full: sweep 1, 2, 4, ... until the gain is small)")
@@ -194,7 +189,6 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         inprocess_s=args.inprocess_seconds, stock=args.stock, stock_workers=args.stock_workers,
         ceiling=args.ceiling, variant=variant,
         compare=tuple(v for v in dict.fromkeys(args.compare_variant) if v != variant),
-        compare_batching=args.compare_batching,
         out=args.out, smoke=args.smoke,
         command=shlex.join([".venv/bin/python", "-m", "benchmarks.bench", *argv]),
     )

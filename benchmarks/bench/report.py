@@ -54,7 +54,7 @@ def summarize(runs: Mapping[str, ServerRun], inprocess: dict, slo_ms: float) -> 
         "speedup_at_slo": _ratio(ours["slo_rps"], stock and stock["slo_rps"]),
         "efficiency_at_peak": _ratio(ours["peak_rps"], limit),
         "efficiency_at_slo": _ratio(ours["slo_rps"], limit),
-        # Other archives of the same model (--compare-variant, --compare-batching) under the same settings and load.
+        # Other archives of the same model (--compare-variant) under the same settings and load.
         "variants": {label: {**summary(run, slo_ms), **low_load(run)} for label, run in runs.items()
                      if label not in ("ours", "stock")},
     }
@@ -169,9 +169,6 @@ def markdown(report: dict) -> str:
               f"{report['reference']['inprocess']['threads']} threads, x {report['reference']['inprocess'].get('workers', 1)} "
               f"worker(s): {report['reference']['inprocess']['items_per_s']:.1f} items/s"
               f" (other processes meanwhile: {report['reference']['inprocess'].get('others_cpu_pct', 0):.0f}% of a core)",
-              *([f"- worker batching: ours' archive with runtime {cfg['worker_batching']['runtime']}, batchSize 1 in "
-                 "the frontend (TorchServe's asynchronous mode), the same workers, threads and load"]
-                if cfg.get("worker_batching") else []),
               f"- p99 target: {s['slo_ms']:g} ms", ""]
     lines += ["## Summary", "", "| | ours | stock | in-process |", "|---|---|---|---|",
               f"| peak req/s | {_fmt(s['ours']['peak_rps'])} | {_fmt((s['stock'] or {}).get('peak_rps'))} "

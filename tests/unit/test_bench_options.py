@@ -41,15 +41,3 @@ def test_fractions_without_a_peak_to_take_them_of_are_refused():
     with pytest.raises(BenchmarkError, match="--rate-fractions"):
         config("--rate-fractions", "0.5")
     assert config("--rate-fractions", "0.5", "--full").plan.rate_fractions == (0.5,)
-
-
-def test_compare_batching_serves_ours_archive_batched_in_the_worker_as_ours_batches_in_the_frontend():
-    from benchmarks.bench.__main__ import worker_batching
-    from handlers.settings import RuntimeSettings, parse_section
-
-    assert not config().compare_batching
-    cfg = config("--compare-batching", "--batch-size", "6", "--max-batch-delay", "3")
-    runtime = worker_batching(cfg.settings)
-    assert cfg.compare_batching and runtime == {"batching": "worker", "worker_batch_size": 6, "batch_window_ms": 3}
-    assert parse_section(RuntimeSettings, runtime, "runtime").batching == "worker"  # what the worker will read
-    assert worker_batching(config("--max-batch-delay", "5000").settings)["batch_window_ms"] == 1000

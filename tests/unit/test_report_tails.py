@@ -125,7 +125,7 @@ def test_a_compared_run_states_its_low_load_tail_beside_ours():
                 "low_load_p90_ms": p99 / 2, "low_load_samples": samples}
 
     summary = {"slo_ms": 100.0, "ours": run(200.0, 50.0, 12.0, 2000), "stock": None, "efficiency_at_slo": 0.5,
-               "inprocess_items_per_s": 400.0, "variants": {"worker batching": run(250.0, 62.5, 9.0, 800)}}
+               "inprocess_items_per_s": 400.0, "variants": {"variant int8": run(250.0, 62.5, 9.0, 800)}}
     compared = report.sentences(summary)[2]
-    assert compared.startswith("Same settings and load, worker batching: 250.0 req/s at p99 <= 100 ms (ours 0.80x")
+    assert compared.startswith("Same settings and load, variant int8: 250.0 req/s at p99 <= 100 ms (ours 0.80x")
     assert compared.endswith("at low load p90 4.5 ms (n=800) at 62.5 req/s (ours p99 12.0 ms at 50.0 req/s).")
