@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -23,15 +22,16 @@ from typing import Any, Optional
 import torch
 
 from handlers import kserve, runtime, tracing
+from handlers.answers import encode_answer, reject
 from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
 from handlers.deadlines import read as read_deadlines
-from handlers.encoding import JSON, json_bytes
+from handlers.encoding import JSON
 from handlers.errors import ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
 from handlers.onnx_session import OnnxModule, load_onnx
 from handlers.openai import envelope as openai_envelope
 from handlers.openai import routes
-from handlers.openai.errors import OpenAIError, error_body
+from handlers.openai.errors import OpenAIError
 from handlers.prepared import Prepared
 from handlers.profiling import make_profiler, region
 from handlers.request_parts import content_type, request_body, request_headers
@@ -41,14 +41,6 @@ from handlers.stage_metrics import StageClock, TracedClock, emit, emit_cache, em
 from handlers.worker_threads import worker_threads
 
 log = logging.getLogger(__name__)
-
-_UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
-
-
-def status_phrase(message: str) -> str:
-    """HTTP reason phrases must be one printable ASCII line."""
-    return _UNPRINTABLE.sub(" ", message)[:200].strip()
-
 
 class Handler:
     """TorchServe instantiates this once per worker."""
@@ -359,40 +351,14 @@ class Handler:
             return self.model(*tensors)
 
     def encode(self, context, idx: int, answers: list[Any], envelope: Optional[kserve.Envelope] = None) -> bytes:
-        """Bytes, so that TorchServe sends them as they are (see handlers/encoding.py): a /predictions
-        request's one answer as it is, a KServe request's answers wrapped in its protocol."""
-        if envelope is None:
-            return _json_answer(context, idx, answers[0])
-        try:
-            if envelope.protocol == openai_envelope.PROTOCOL:
-                context.set_response_content_type(idx, JSON)
-                return openai_envelope.wrap(envelope, answers)
-            return _json_answer(context, idx, kserve.wrap(envelope, answers, self.model_name))
-        except Exception:  # a fault of ours in wrapping: this request's 500, its batch-mates answered
-            log.exception("unexpected error wrapping the answer of request %d", idx)
-            return self.reject(context, idx, ServerFault("unexpected error wrapping the answer (the model log has "
-                                                         "the traceback)"))
+        return encode_answer(context, idx, answers, envelope, self.model_name)
 
-    @staticmethod
-    def reject(context, idx: int, err: HandlerError) -> bytes:
-        context.set_response_status(err.status, status_phrase(err.message), idx)
-        if routes.is_openai(openai_envelope.url_path(request_headers(context, idx))):
-            context.set_response_content_type(idx, JSON)
-            return error_body(err)  # OpenAI's clients read {"error": {...}}
-        answer = {"code": err.status, "type": err.kind, "message": err.message}
-        if kserve.from_kserve_route(request_headers(context, idx)):
-            answer["error"] = err.message  # where KServe / Open Inference Protocol clients read it
-        return _json_answer(context, idx, answer)
+    reject = staticmethod(reject)
 
 
 def _fault(idx: int) -> ServerFault:
     log.exception("unexpected error decoding request %d", idx)
     return ServerFault("unexpected error decoding the request (the model log has the traceback)")
-
-
-def _json_answer(context, idx: int, answer: Any) -> bytes:
-    context.set_response_content_type(idx, JSON)
-    return json_bytes(answer)
 
 
 def _model_version(context) -> str:
