@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -154,7 +155,7 @@ def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores:
              + f"); closed-loop streaming clients, {NEW_TOKENS} tokens each")
     results = []
     for i, (settings, clients) in enumerate(space, start=1):
-        result = judged(lambda: measure(store, model, settings, samples, clients=clients), slo_ms, progress)
+        result = judged(partial(measure, store, model, settings, samples, clients=clients), slo_ms, progress)
         results.append(result)
         progress(f"[{i}/{len(space)}] batchSize {settings.batch_size}, {settings.min_workers} x {settings.threads}, "
                  f"{result.streams} streams: {result.tokens_per_s:.0f} tokens/s, TTFT {stats.tail_text(result.ttft, 0)}")
