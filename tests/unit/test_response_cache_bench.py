@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from benchmarks.bench.response_cache import distinct_texts
+from benchmarks.bench.response_cache import IDLE_DIVISOR, descent_floor, distinct_texts
+from benchmarks.load.capacity import RateSettings, find_max_rate
 
 pytestmark = pytest.mark.unit
 
@@ -24,3 +25,29 @@ def test_all_distinct_texts_are_distinct_and_mixed_evenly():
 def test_too_few_sentences_for_the_count_is_refused():
     with pytest.raises(SystemExit, match="lower --distinct"):
         distinct_texts(["a", "b", "c"], 10, seed=0)
+
+
+class _Failing:
+    """An open-loop point whose tail misses the SLO at any rate: the service time is over it."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate_rps = self.offered_rps = self.achieved_rps = rate
+        self.p99_ms, self.stable = 150.0, True
+
+    def passes(self, slo_ms: float) -> bool:
+        return False
+
+
+def test_a_search_that_never_passes_stops_at_an_eighth_of_its_start():
+    rates = []
+
+    def probe(rate: float) -> _Failing:
+        rates.append(rate)
+        return _Failing(rate)
+
+    start = 44.0
+    search = find_max_rate(probe, start, 50.0, descent_floor(start, RateSettings(max_points=7)))
+    print("rates probed:", [round(r, 1) for r in rates])
+    assert search.best is None
+    assert min(rates) >= start / IDLE_DIVISOR
+    assert len(rates) < 7
