@@ -49,6 +49,7 @@ LOAD_SHARE = 0.15
 ALONE_REQUESTS = 25
 TAIL_FACTOR = 6.0  # oversubscribed threads cost ~25x; a shared machine's tail at low load less
 WINDOW_S = 4.0
+POINTS = 3
 RULE = StabilityRule(tolerance_pct=1000.0, last=2, max_windows=2, warmup=1)  # 3 windows, all counted but the first
 _READY = re.compile(r"W-\d+-(\S+?)_[^_\s]+-stdout MODEL_LOG - (\S+) ready in .*?threads=(\d+) \(from ([^;]+);")
 
@@ -97,14 +98,21 @@ def assert_mix_served(ts: TorchServe) -> None:
     target = loadgen.Target.for_model(ts.inference_url, mix.names[0], ts.tokens.inference, timeout_s=60.0)
     payloads = mixed_payloads(mix, {m: loadgen.payloads_for(m) for m in mix.names})
     runner.warm_up(target, payloads, seconds=2.0, concurrency=4)
-    point = mixed_point(target, mix, payloads, total, RULE, WINDOW_S, connections=16, progress=lambda line: None)
-    # Not point.passes(): its keep-up rule (achieved >= 95% of offered) is a capacity criterion, and
-    # at ~35 requests a model, the two or three still in flight at a window's edge fail it. Here every
-    # request scheduled must be answered, without errors, within its tail bound.
-    failed = [m for m in mix.names
-              if point.models[m]["errors"] or point.models[m]["unanswered"] or point.model_p99_ms(m) is None
-              or point.model_p99_ms(m) > point.slo_ms[m]]
-    assert not failed, f"{point.describe()}; per model: {json.dumps(dict(point.models), default=str)[:1500]}"
+    # At ~35 requests a model the tail is the slowest request, so one stall of the shared machine fails
+    # a point; an ignored plan (oversubscribed threads, ~25x) fails every one. Up to POINTS points.
+    points = []
+    for _ in range(POINTS):
+        point = mixed_point(target, mix, payloads, total, RULE, WINDOW_S, connections=16, progress=lambda line: None)
+        # Not point.passes(): its keep-up rule (achieved >= 95% of offered) is a capacity criterion, and
+        # at ~35 requests a model, the two or three still in flight at a window's edge fail it. Here every
+        # request scheduled must be answered, without errors, within its tail bound.
+        failed = [m for m in mix.names
+                  if point.models[m]["errors"] or point.models[m]["unanswered"] or point.model_p99_ms(m) is None
+                  or point.model_p99_ms(m) > point.slo_ms[m]]
+        if not failed:
+            return
+        points.append(f"{failed}: {point.describe()}; per model: {json.dumps(dict(point.models), default=str)[:800]}")
+    pytest.fail(f"every one of {POINTS} points missed a tail bound:\n" + "\n".join(points))
 
 
 def planned(config: Path) -> dict[str, int]:
