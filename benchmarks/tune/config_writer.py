@@ -310,10 +310,12 @@ def remove_snapshots(config: Path, environ: Mapping[str, str] = os.environ) -> t
 
 def write_config(path: Path, updates: Sequence[Update], records: Sequence[Provenance] = (),
                  archives: Optional[Mapping[str, Path]] = None,
-                 rewrite_text: Optional[Callable[[str], str]] = None) -> str:
+                 rewrite_text: Optional[Callable[[str], str]] = None, check_plan: bool = True) -> str:
     """Check the archives, rewrite `path` in place (atomically), remove the TorchServe snapshots that
     would replace it on a plain start, and return the new text.
-    `rewrite_text`: the new text from the old (default: `rewrite` with these updates and records)."""
+    `rewrite_text`: the new text from the old (default: `rewrite` with these updates and records).
+    `check_plan`: warn of what no longer holds in the whole file; off for a rewrite that changes
+    provenance only (its plan was checked when it was first written)."""
     if archives is not None:
         check_archives(archives)
     path = Path(path)
@@ -335,7 +337,7 @@ def write_config(path: Path, updates: Sequence[Update], records: Sequence[Proven
     if removed:
         print(f"[tune] removed {len(removed)} TorchServe snapshot(s) from {removed[0].parent}: a plain "
               f"`torchserve --start` would have loaded them instead of the new {path.name}", file=sys.stderr)
-    for problem in written_plan_problems(path):
+    for problem in written_plan_problems(path) if check_plan else ():
         print(f"[tune] warning: {path.name}: {problem}", file=sys.stderr)
     return new
 

@@ -81,7 +81,7 @@ def write_and_verify(plan: WritePlan, chosen: Optional[CandidateResult], default
                                   plan.resolution, progress)
             checkpoint.put("verification", verification.to_json())
         text = write_config(config, [update], [_provenance(plan, chosen, defaults, environment, verification, "")],
-                            archives={model: archive})
+                            archives={model: archive}, check_plan=False)
     lines = text.splitlines(keepends=True)
     first, end = find_stanza(lines)
     return {"path": shown(config), "previous": previous, "stanza": "".join(lines[first:end])}, verification

@@ -186,3 +186,13 @@ def test_writing_removes_the_snapshots_a_plain_start_would_load_instead(tmp_path
 def test_snapshots_follow_log_location(tmp_path):
     folder = snapshot_folder(tmp_path / "config.properties", {"LOG_LOCATION": "elsewhere"})
     assert folder == tmp_path.resolve() / "elsewhere" / "config"
+
+
+def test_the_plan_is_checked_once_not_again_when_only_provenance_changes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("benchmarks.tune.config_writer.usable_cores", lambda: 1)
+    path = tmp_path / "config.properties"
+    path.write_text(SAMPLE + "load_models=minilm=minilm.mar\n", encoding="utf-8")
+    write_config(path, [Update("minilm", TUNED)], [record("minilm")])
+    assert capsys.readouterr().err.count("intra-op threads") == 1  # 2 workers x 1 thread on 1 core
+    write_config(path, [Update("minilm", TUNED)], [record("minilm", rps=99.0)], check_plan=False)
+    assert "intra-op threads" not in capsys.readouterr().err
