@@ -37,7 +37,7 @@ from benchmarks.load import stats
 from benchmarks.load.environment import cpu_model
 from benchmarks.tune.config_writer import Provenance, Update, write_config
 from benchmarks.tune.errors import TuneError
-from benchmarks.tune.measure import NOISE_BAND, REMEASUREMENTS
+from benchmarks.tune.measure import NOISE_BAND, REMEASUREMENTS, median_by
 from serving.launcher import TorchServe
 from serving.repo import shown
 from serving.ts_config import ModelSettings
@@ -96,8 +96,8 @@ def near_slo(candidate: Candidate, slo_ms: float) -> bool:
 
 def median_candidate(measurements: list[Candidate]) -> Candidate:
     """The measurement with the median TTFT p99, whole (its tokens/s comes with it)."""
-    ranked = sorted(measurements, key=lambda c: c.ttft_p99_ms)
-    return replace(ranked[(len(ranked) - 1) // 2], remeasured_p99_ms=tuple(c.ttft_p99_ms for c in measurements))
+    return replace(median_by(measurements, lambda c: c.ttft_p99_ms),
+                   remeasured_p99_ms=tuple(c.ttft_p99_ms for c in measurements))
 
 
 def judged(measure_once: Callable[[], Candidate], slo_ms: float, progress: Callable[[str], None]) -> Candidate:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypeVar
 
 from benchmarks.load import loadgen, resources, runner, server_metrics, stats
 from benchmarks.load.capacity import kept_up
@@ -25,6 +25,7 @@ from benchmarks.tune.space import Candidate
 from serving.launcher import TorchServe
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 # The noise band of a point's p99: within this factor of the SLO, on either side, a p99 could as
 # well have fallen on the other side. The stability rule already lets each reported window's p99
 # lie its tolerance from their mean, and a second point at the same rate, with another server start
@@ -228,10 +229,14 @@ class ServedMeasurer:
         return point
 
 
+def median_by(items: Sequence[T], key: Callable[[T], float]) -> T:
+    """The middle item by `key`, whole (of an even count, the lower middle)."""
+    return sorted(items, key=key)[(len(items) - 1) // 2]
+
+
 def median_point(points: Sequence[Point]) -> Point:
     """The measurement with the median p99 (no p99 counts as the worst), whole: its throughput,
     errors and stability come with it. Its time is every measurement's; its start overhead the first's."""
-    ranked = sorted(points, key=lambda p: float("inf") if p.p99_ms is None else p.p99_ms)
-    chosen = ranked[(len(ranked) - 1) // 2]
+    chosen = median_by(points, lambda p: float("inf") if p.p99_ms is None else p.p99_ms)
     return replace(chosen, seconds=round(sum(p.seconds for p in points), 2), overhead_s=points[0].overhead_s,
                    remeasured_p99_ms=tuple(p.p99_ms for p in points))
