@@ -8,9 +8,10 @@ from pathlib import Path
 from benchmarks.load import stats
 
 
-def _capacity_text(arm: dict) -> str:
+def capacity_text(arm: dict) -> str:
     if arm["capacity_rps"] == 0:
-        return "none of the measured rates (the search stops at an eighth of where it starts)"
+        lowest = min((p["offered_rps"] for p in arm["points"]), default=None)
+        return "none of the measured rates" + (f" (down to {lowest} req/s)" if lowest is not None else "")
     floor = " or more (the load generator fell behind above it: a floor)" if arm["floor"] else ""
     return f"{arm['capacity_rps']} req/s{floor}"
 
@@ -35,8 +36,8 @@ def markdown(report: dict) -> str:
         ratio = report[f"{workload}_ratio"]
         floor = " (a floor: the cache arm's limit was the load generator's)" if arms["cache"]["floor"] else ""
         ratio_text = f"**{ratio}x**" if ratio is not None else "no ratio (no rate met the SLO without the cache)"
-        lines += ["", f"Capacity at the SLO: cache {_capacity_text(arms['cache'])}, no cache "
-                      f"{_capacity_text(arms['no_cache'])}: {ratio_text}{floor}.", ""]
+        lines += ["", f"Capacity at the SLO: cache {capacity_text(arms['cache'])}, no cache "
+                      f"{capacity_text(arms['no_cache'])}: {ratio_text}{floor}.", ""]
     pr = report["distinct_pair_ratio"]
     lines += [f"## All-distinct inputs, throughput at concurrency {pr['level']}, arms alternating", "",
               "| pair | cache req/s | no cache req/s | cache / no cache |", "|---|---|---|---|"]

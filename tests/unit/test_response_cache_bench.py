@@ -1,9 +1,11 @@
-"""The response-cache benchmark's all-distinct workload: every arm and every point gets the same mix."""
+"""The response-cache benchmark: its all-distinct workload (every arm and every point gets the same mix),
+its search floor and its report text."""
 
 import numpy as np
 import pytest
 
 from benchmarks.bench.response_cache import IDLE_DIVISOR, descent_floor, distinct_texts
+from benchmarks.bench.response_cache_report import capacity_text
 from benchmarks.load.capacity import RateSettings, find_max_rate
 
 pytestmark = pytest.mark.unit
@@ -51,3 +53,9 @@ def test_a_search_that_never_passes_stops_at_an_eighth_of_its_start():
     assert search.best is None
     assert min(rates) >= start / IDLE_DIVISOR
     assert len(rates) < 7
+
+
+def test_the_report_says_how_low_a_search_that_never_passed_went():
+    never = {"capacity_rps": 0, "floor": False, "points": [{"offered_rps": 37.5}, {"offered_rps": 4.7}]}
+    assert capacity_text(never) == "none of the measured rates (down to 4.7 req/s)"
+    assert capacity_text({"capacity_rps": 21.0, "floor": False, "points": []}) == "21.0 req/s"
