@@ -337,8 +337,9 @@ def write_config(path: Path, updates: Sequence[Update], records: Sequence[Proven
     if removed:
         print(f"[tune] removed {len(removed)} TorchServe snapshot(s) from {removed[0].parent}: a plain "
               f"`torchserve --start` would have loaded them instead of the new {path.name}", file=sys.stderr)
-    for problem in written_plan_problems(path) if check_plan else ():
-        print(f"[tune] warning: {path.name}: {problem}", file=sys.stderr)
+    if check_plan:
+        for problem in written_plan_problems(path):
+            print(f"[tune] warning: {path.name}: {problem}", file=sys.stderr)
     return new
 
 
