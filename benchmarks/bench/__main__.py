@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.bench.options import BenchConfig, config_from, parser
+from benchmarks.load.budget import Budget
 from benchmarks.load.runner import ServerRun
 from build.errors import BuildError
 from serving.errors import BenchmarkError, LauncherError
@@ -121,7 +122,8 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
             "others_cpu_pct": round(others, 1), "remeasured": attempt == 2}
 
 
-def run_ours(cfg: BenchConfig, store: Path, variant: Optional[str] = None, label: str = "ours") -> ServerRun:
+def run_ours(cfg: BenchConfig, store: Path, variant: Optional[str] = None, label: str = "ours",
+             budget: Optional[Budget] = None) -> ServerRun:
     """Our handler on a TorchServe with cfg's settings (and load plan), serving `variant`'s archive
     (default: cfg's)."""
     from benchmarks.load.runner import run_server
@@ -135,10 +137,10 @@ def run_ours(cfg: BenchConfig, store: Path, variant: Optional[str] = None, label
     progress(f"[{label}] starting TorchServe: {cfg.settings}, archive {archive}")
     with TorchServe(store, base_config=cfg.base_config, models={cfg.model: cfg.settings}, load=(cfg.model,),
                     archives={cfg.model: archive}, extra_properties=METRICS_PROPERTIES) as ts:
-        return run_server(label, ts, cfg.model, cfg.plan, progress)
+        return run_server(label, ts, cfg.model, cfg.plan, progress, budget)
 
 
-def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
+def run_stock(cfg: BenchConfig, tmp: Path, budget: Optional[Budget] = None) -> ServerRun:
     from benchmarks.bench.baseline.archive import build_baseline
     from benchmarks.load.runner import run_server
 
@@ -154,7 +156,7 @@ def run_stock(cfg: BenchConfig, tmp: Path) -> ServerRun:
         extra, models = {"models": "{}"}, {}  # no per-model values at all: TorchServe's defaults
     progress("[stock] starting TorchServe with its defaults")
     with TorchServe(store, base_config=base, models=models, load=(cfg.model,), extra_properties=extra) as ts:
-        return run_server("stock", ts, cfg.model, cfg.stock_plan, progress)
+        return run_server("stock", ts, cfg.model, cfg.stock_plan, progress, budget)
 
 
 def run(cfg: BenchConfig) -> Path:
@@ -172,6 +174,7 @@ def run(cfg: BenchConfig) -> Path:
     if before["other_torchserve_pids"]:
         progress(f"other TorchServe running (pids {before['other_torchserve_pids']}): numbers may be noisy")
     started = time.time()
+    budget = Budget(cfg.budget_s)
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp_name:
         tmp = Path(tmp_name)
         store = our_store(cfg, tmp)
@@ -188,15 +191,15 @@ def run(cfg: BenchConfig) -> Path:
         if not cfg.plan.rates and not cfg.plan.rate_fractions:
             cfg = replace(cfg, plan=replace(cfg.plan, rates=(round(START_FRACTION * limit["items_per_s"], 1),)))
         quiet("ours")
-        runs = {"ours": run_ours(cfg, store)}
+        runs = {"ours": run_ours(cfg, store, budget=budget)}
         for variant in cfg.compare:
             quiet(variant)
-            runs[f"variant {variant}"] = run_ours(cfg, store, variant, f"variant {variant}")
+            runs[f"variant {variant}"] = run_ours(cfg, store, variant, f"variant {variant}", budget)
         no_stock = None if cfg.stock else "not asked for (--stock)"
         if cfg.stock:
             quiet("stock")
             try:
-                runs["stock"] = run_stock(cfg, tmp)
+                runs["stock"] = run_stock(cfg, tmp, budget)
             except NoBaseline as why:
                 no_stock = str(why)
                 progress(f"[stock] {why}: compared with the in-process limit only")
@@ -214,7 +217,7 @@ def run(cfg: BenchConfig) -> Path:
     return report.write(cfg.out, cfg.model, configuration=configuration, load=load, runs=runs, inprocess=limit,
                         ceiling=ceiling,
                         conditions={"before": before, "after": after, "waits": waits,
-                                    "seconds": round(time.time() - started)},
+                                    "seconds": round(time.time() - started), "budget": budget.to_json()},
                         command=cfg.command, slo_ms=cfg.slo_ms, smoke=cfg.smoke)
 
 

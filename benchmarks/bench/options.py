@@ -39,6 +39,7 @@ class BenchConfig:
     out: Path
     smoke: bool
     command: str
+    budget_s: Optional[float] = None  # the whole run's time budget (None: none)
 
 
 def _numbers(kind):
@@ -82,8 +83,13 @@ def parser() -> argparse.ArgumentParser:
                         "0.25,0.5,0.75,0.9; otherwise the search starts at half the in-process limit)")
     g.add_argument("--connections", type=int, default=64,
                    help="open loop: concurrent connections at most (default: %(default)s)")
-    g.add_argument("--point-requests", type=int, default=2000,
-                   help="open loop: arrivals per point at least, over its reported windows (default: %(default)s)")
+    g.add_argument("--point-requests", type=int, default=1000,
+                   help="open loop: arrivals per point at least, over its reported windows (default: %(default)s: "
+                        "a p99 from 1,000 samples)")
+    g.add_argument("--scout-requests", type=int, default=300,
+                   help="capacity search: bracket the p99 target with short points of this many arrivals first "
+                        "(never a capacity), then measure the bracket in full (0: every point in full; "
+                        "default: %(default)s)")
     g.add_argument("--capacity-points", type=int, default=5,
                    help="open loop: up to this many more points bisect the highest rate within the p99 target, "
                         "as the tuner does (0: the listed rates only; default: %(default)s)")
@@ -108,6 +114,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stock-workers", type=int, help="stock workers (default: TorchServe's own, one per CPU)")
     g.add_argument("--ceiling", action="store_true",
                    help="also measure the no-op handler's ceiling (batch 1, 8 and ours) and the breakdown against it")
+    p.add_argument("--budget-min", type=float, default=10.0,
+                   help="time budget of the whole run, minutes: a point that would not end within it is not started, "
+                        "and the report says what was not measured (0: no budget; default: %(default)s)")
     p.add_argument("--full", action="store_true",
                    help="the long form: closed-loop sweep and open-loop fractions of its peak before the capacity "
                         "search, the stock baseline and the ceiling (tens of minutes)")
@@ -146,6 +155,8 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
             raise BenchmarkError(f"--{name.replace('_', '-')} must be > 0")
     if args.capacity_points < 0:
         raise BenchmarkError("--capacity-points must be >= 0")
+    if args.budget_min < 0 or args.scout_requests < 0:
+        raise BenchmarkError("--budget-min and --scout-requests must be >= 0 (0: none)")
     if args.rate_fractions and not (args.full or args.concurrency or args.smoke):
         raise BenchmarkError("--rate-fractions are fractions of the closed-loop sweep's peak: add --full (or "
                              "--concurrency N,N,...), or give absolute --rates")
@@ -176,13 +187,14 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         point_requests=0 if args.smoke else args.point_requests,
         wait_quiet_s=args.wait_quiet, capacity_points=args.capacity_points, slo_ms=args.slo_ms or entry.slo_ms,
         low_load_fraction=LOW_LOAD_FRACTION if args.capacity_points else 0.0,
+        scout_requests=0 if args.smoke else args.scout_requests,
     )
     # The baseline always gets the long form's sweep and fractions of its own peak; its capacity is not
     # searched: it rarely meets the target at all, and its low rates are slow.
     stock_plan = replace(plan, rates=(), levels=(1,) if args.smoke else concurrency_levels(args.max_concurrency),
                          min_gain_pct=None if args.smoke else args.min_gain_pct,
                          rate_fractions=args.rate_fractions if args.smoke else fractions, capacity_points=0,
-                         low_load_fraction=0.0)
+                         low_load_fraction=0.0, scout_requests=0)
     return BenchConfig(
         model=args.model, settings=settings, threads=args.threads, plan=plan, stock_plan=stock_plan,
         slo_ms=args.slo_ms or entry.slo_ms, base_config=Path(args.config).resolve(),
@@ -191,4 +203,5 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         compare=tuple(v for v in dict.fromkeys(args.compare_variant) if v != variant),
         out=args.out, smoke=args.smoke,
         command=shlex.join([".venv/bin/python", "-m", "benchmarks.bench", *argv]),
+        budget_s=60.0 * args.budget_min if args.budget_min else None,
     )

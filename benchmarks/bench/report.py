@@ -34,7 +34,8 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
 def low_load(run: ServerRun) -> dict:
     """The tail at low load: the open-loop point at the lowest rate (after a capacity search, the one at
     a share of that capacity)."""
-    opened = [p.figures for p in run.points if p.figures["mode"] == "open" and p.figures["latency_ms"]]
+    opened = [p.figures for p in run.points
+              if p.figures["mode"] == "open" and p.figures["latency_ms"] and not p.figures.get("scout")]
     f = min(opened, key=lambda f: f["level"], default=None)
     latency = (f or {}).get("latency_ms") or {}
     return {"low_load_rps": f["throughput_rps"] if f else None, "low_load_p99_ms": latency.get("p99_ms"),
@@ -188,6 +189,7 @@ def markdown(report: dict) -> str:
         for f in run["points"]:
             r = csv_row(server, f)
             level = f"c={f['level']:g}" if f["mode"] == "closed" else f"{f['level']:g}/s"
+            mode = "scout" if f.get("scout") else f["mode"]
             errors = f"{r['errors']} (+{r['unanswered']} cut)" if r["unanswered"] else str(r["errors"])
             latency = f["latency_ms"]
             spread = [v for v in f.get("window_p99_ms", ()) if v is not None]
@@ -198,7 +200,7 @@ def markdown(report: dict) -> str:
                 f" ({min(spread):.0f}-{max(spread):.0f})" if len(spread) > 1 and thick else "")
             p999 = _fmt(r["p999_ms"], 0) if latency and stats.supports(99.9, latency["count"]) else "-"
             lines.append(
-                f"| {f['mode']} | {level} | {_fmt(r['offered_rps'])} | {_fmt(r['throughput_rps'])} | "
+                f"| {mode} | {level} | {_fmt(r['offered_rps'])} | {_fmt(r['throughput_rps'])} | "
                 f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {p99} | {p999} | "
                 f"{_fmt(r['max_ms'], 0)} | {errors} | {_fmt(r['queue_ms'])} | {_fmt(r['mean_batch_size'])} | "
                 f"{_fmt(r['handler_ms_per_batch'])} | {r['frontend_cpu_pct']:.0f}/{r['workers_cpu_pct']:.0f}/"
@@ -215,7 +217,8 @@ def markdown(report: dict) -> str:
               "queue = TorchServe's queue time per request; "
               "batch = mean batch size formed; CPU in % of one core (frontend JVM / workers / load generator / "
               "every other process on the machine); stable = the stability rule held (a point that is not "
-              "stable sets no capacity).", ""]
+              "stable sets no capacity); scout = a short open-loop point that brackets the p99 target for the "
+              "search and sets no capacity.", ""]
     if report["warnings"]:
         lines += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
     lines += ["## Plots", "", "![throughput vs p99](throughput_vs_p99.png)", "",
@@ -229,9 +232,18 @@ def markdown(report: dict) -> str:
               "- waits for a quiet machine: " + (", ".join(f"{phase} {w['waited_s']:.0f} s ({'quiet' if w['quiet'] else 'busy'})"
                                                          for phase, w in cond["waits"].items()) or "none asked")
               + f"; points measured again because other processes were busy: {remeasured}",
+              _budget_line(cond.get("budget")),
               "- client and servers share the same 2 cores: the generator's own CPU is in the table", "",
               "Reproduce:", "", "```", report["command"], "```", ""]
     return "\n".join(lines)
+
+
+def _budget_line(budget: Optional[dict]) -> str:
+    if not budget or budget.get("budget_s") is None:
+        return "- time budget: none"
+    left_out = "; ".join(budget["left_out"]) or "nothing"
+    return (f"- time budget {budget['budget_s'] / 60:g} min, {budget['spent_s'] / 60:.1f} min spent on the servers' "
+            f"points; not measured for want of time: {left_out}")
 
 
 def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: Mapping[str, ServerRun],
@@ -262,6 +274,11 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
     if conditions["before"]["other_torchserve_pids"] or conditions["after"]["other_torchserve_pids"]:
         warnings.append("other TorchServe servers were running on this machine: numbers are noisy")
     overview = summarize(runs, inprocess, slo_ms)
+    left_out = (conditions.get("budget") or {}).get("left_out") or []
+    if left_out:
+        overview["sentences"].append(
+            f"The time budget ({conditions['budget']['budget_s'] / 60:g} min) ended the run: not measured: "
+            + "; ".join(left_out) + ".")
     batch_size = configuration["ours"]["batch_size"]
     path = (served_path.summarize(runs["ours"], ceiling, inprocess["items_per_s"], batch_size,
                                   overview["ours"]["slo_rps"]) if ceiling else None)

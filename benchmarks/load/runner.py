@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from benchmarks.load import loadgen, resources, server_metrics, stats
+from benchmarks.load.budget import Budget, BudgetSpent
 from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate, kept_up
 from benchmarks.load.loadgen import LoadResult, Payload, Target
 from benchmarks.load.stats import StabilityRule
@@ -48,6 +49,10 @@ class LoadPlan:
     slo_ms: Optional[float] = None
     # With a capacity found: one more point at this share of it (the tail at low load). 0: none.
     low_load_fraction: float = 0.0
+    # > 0: the capacity search brackets the SLO with short points of this many arrivals first (scouts,
+    # never a capacity), then measures the bracket's passing rate to point_requests (stepping down
+    # while it fails). 0: every search point is full length.
+    scout_requests: int = 0
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -109,6 +114,12 @@ class ServerRun:
     description: dict  # GET /models/<name>: batch size, delay, workers as the frontend holds them
 
 
+def open_point_min_s(rate_rps: float, plan: LoadPlan, requests: int) -> float:
+    """The least an open-loop point takes: its warm-up and reported windows, and the settle before."""
+    window = open_window_s(rate_rps, plan.window_s, requests, plan.rule.last, plan.min_window_requests)
+    return (plan.rule.warmup + plan.rule.last) * window + 1.0
+
+
 def open_window_s(rate_rps: float, window_s: float, point_requests: int, windows: int,
                   min_window_requests: int = 0) -> float:
     """One open-loop window's length at this rate: `windows` reported windows hold at least
@@ -139,9 +150,10 @@ def others_pct(result: LoadResult) -> float:
     return resources.usage(before, after)[resources.OTHERS].cpu_pct
 
 
-def point(result: LoadResult, model: str, remeasured: bool = False) -> Point:
+def point(result: LoadResult, model: str, remeasured: bool = False, scout: bool = False) -> Point:
     figures = result.figures()
     figures["remeasured"] = remeasured
+    figures["scout"] = scout
     (_, (scrape_a, usage_a)), (_, (scrape_b, usage_b)) = result.reported_edges
     figures["server"] = server_metrics.breakdown(scrape_a, scrape_b, model).to_json()
     figures["resources"] = {name: u.to_json() for name, u in resources.usage(usage_a, usage_b).items()}
@@ -153,7 +165,10 @@ def worker_threads(ts: TorchServe, model: str) -> tuple[int, ...]:
     return tuple(int(n) for name, n in _THREADS.findall(ts.log_text("model_log.log")) if name == model)
 
 
-def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress: Progress) -> ServerRun:
+def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress: Progress,
+               budget: Optional[Budget] = None) -> ServerRun:
+    """`budget`: open-loop points that would not end within it are not started (budget.left_out
+    names them); the points measured until then are the run."""
     description = ts.describe(model)
     workers = max(1, len(description.get("workers", [])))
     target = Target.for_model(ts.inference_url, model, ts.tokens.inference,
@@ -191,24 +206,59 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
     peak = max(r.figures()["throughput_rps"] for r in results)
     rates = plan.rates or tuple(round(f * peak, 2) for f in plan.rate_fractions)
 
-    def open_point(rate: float) -> OpenPoint:
-        say(f"open loop, Poisson {rate:g} req/s")
-        window_s = open_window_s(rate, plan.window_s, plan.point_requests, plan.rule.last, plan.min_window_requests)
+    scouts: list[LoadResult] = []
+
+    def open_point(rate: float, scout: bool = False) -> OpenPoint:
+        requests = plan.scout_requests if scout else plan.point_requests
+        kind = "scout" if scout else "open loop"
+        if budget is not None:
+            budget.require(f"{label} {kind} {rate:g} req/s", open_point_min_s(rate, plan, requests))
+        say(f"{kind}, Poisson {rate:g} req/s" + (f" ({requests} arrivals: brackets, never a capacity)" if scout else ""))
+        window_s = open_window_s(rate, plan.window_s, requests, plan.rule.last, plan.min_window_requests)
+        rule = replace(plan.rule, max_windows=plan.rule.last) if scout else plan.rule
         results.append(measured(lambda: loadgen.open_loop(
-            target, payloads, rate, plan.rule, window_s, plan.connections, seed=int(rate * 1000),
+            target, payloads, rate, rule, window_s, plan.connections, seed=int(rate * 1000),
             drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))
+        if scout:
+            scouts.append(results[-1])
         return OpenPoint(results[-1].figures())
 
-    listed = [open_point(rate) for rate in rates if rate > 0]
-    if plan.capacity_points and plan.slo_ms and listed:
-        found = capacity_search(open_point, listed, plan.slo_ms, plan.capacity_settings())
-        best = f"{found.best.achieved_rps:.1f} req/s" if found.best else "no rate"
-        say(f"capacity search: {len(found.points)} more point(s); {best} within p99 <= {plan.slo_ms:g} ms")
-        if found.best is not None and plan.low_load_fraction > 0:
-            open_point(round(plan.low_load_fraction * found.best.achieved_rps, 2))
-    return ServerRun(label, tuple(point(r, model, any(r is a for a in again)) for r in results),
+    try:
+        searched = plan.capacity_points and plan.slo_ms
+        listed = [open_point(rate, scout=bool(searched and plan.scout_requests)) for rate in rates if rate > 0]
+        if searched and listed:
+            best = search_capacity(open_point, listed, plan, say)
+            if best is not None and plan.low_load_fraction > 0:
+                open_point(round(plan.low_load_fraction * best.achieved_rps, 2))
+    except BudgetSpent as spent:
+        say(f"{spent}: reporting the {len(results)} point(s) measured")
+    return ServerRun(label, tuple(point(r, model, any(r is a for a in again), any(r is s for s in scouts))
+                                  for r in results),
                      worker_threads(ts, model),
                      {k: description.get(k) for k in FRONTEND_KEYS} | {"workers": workers})
+
+
+def search_capacity(open_point: Callable[..., OpenPoint], listed: Sequence[OpenPoint], plan: LoadPlan,
+                    say: Progress) -> Optional[OpenPoint]:
+    """The highest full-length passing point. With scouts: the scouts' bracket first, then its passing
+    rate measured in full, stepping down while that fails (as many full points as capacity_points)."""
+    settings = plan.capacity_settings()
+    found = capacity_search(lambda rate: open_point(rate, scout=bool(plan.scout_requests)), listed, plan.slo_ms,
+                            settings)
+    best = f"{found.best.achieved_rps:.1f} req/s" if found.best else "no rate"
+    say(f"capacity search: {len(found.points)} more point(s); {best} within p99 <= {plan.slo_ms:g} ms"
+        + (" (scouts)" if plan.scout_requests else ""))
+    if not plan.scout_requests or found.best is None:
+        return found.best
+    rate = found.best.rate_rps
+    for _ in range(max(1, settings.max_points)):
+        full = open_point(rate)
+        if full.passes(plan.slo_ms):
+            say(f"capacity: {full.achieved_rps:.1f} req/s within p99 <= {plan.slo_ms:g} ms over {plan.point_requests}+ "
+                "arrivals")
+            return full
+        rate = round(rate / settings.step, 2)
+    return None
 
 
 def capacity_search(probe: Callable[[float], OpenPoint], listed: Sequence[OpenPoint], slo_ms: float,
@@ -235,7 +285,7 @@ def peak(points: Sequence[Point]) -> Optional[dict]:
 
 def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
     """The highest-throughput point that passes (OpenPoint.passes: the tuner's rule too)."""
-    fitting = [p.figures for p in points if OpenPoint(p.figures).passes(slo_ms)]
+    fitting = [p.figures for p in points if not p.figures.get("scout") and OpenPoint(p.figures).passes(slo_ms)]
     return max(fitting, key=lambda f: f["throughput_rps"], default=None)
 
 

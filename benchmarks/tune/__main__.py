@@ -54,6 +54,9 @@ from serving.repo import (
     shown,
 )
 
+# Per model: the full space's search on 2 busy cores fits (a generating model's tune takes ~35 min).
+DEFAULT_BUDGET_MIN = 60.0
+
 
 def _ints(text: str) -> tuple:
     try:
@@ -110,6 +113,9 @@ def parser() -> argparse.ArgumentParser:
                    help="shared machines: before the fit and each server start, wait up to this long for no other "
                         "TorchServe and CPU under 20%%, and repeat points other processes disturbed (also with "
                         "--resume; default: no waiting)")
+    g.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
+                   help="time budget of each model's search, minutes: a candidate that would not end within it is "
+                        "not measured, the best measured is written and verified (0: no budget; default: %(default)s)")
     g = p.add_argument_group("steps")
     g.add_argument("--no-defaults", action="store_true", help="skip measuring TorchServe's defaults")
     g.add_argument("--no-write", action="store_true", help="leave config.properties alone")
@@ -125,6 +131,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def budget_s(args: argparse.Namespace) -> Optional[float]:
+    return 60.0 * args.budget_min if args.budget_min else None
+
+
 def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> list[TuneOptions]:
     """One TuneOptions per model to tune: from the command line, or from a checkpoint to resume."""
     command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
@@ -138,7 +148,7 @@ def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> list[TuneOptions
         except (OSError, ValueError, KeyError) as exc:
             raise CheckpointError(f"cannot read {path}: {exc}") from exc
         Checkpoint(path, record)  # validates the file
-        return [TuneOptions.from_record(record, folder, args.wait_quiet or 0.0, command)]
+        return [TuneOptions.from_record(record, folder, args.wait_quiet or 0.0, command, budget_s(args))]
     catalogue = Catalogue.load(CATALOGUE)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = []
@@ -146,7 +156,7 @@ def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> list[TuneOptions
         entry = catalogue.entry(model)
         record = record_of(vars(args), model, args.slo_ms or entry.slo_ms, usable_cores())
         folder = Path(args.out) / f"tune-{model}-{stamp}"
-        runs.append(TuneOptions.from_record(record, folder, args.wait_quiet or 0.0, command))
+        runs.append(TuneOptions.from_record(record, folder, args.wait_quiet or 0.0, command, budget_s(args)))
     return runs
 
 
@@ -204,7 +214,7 @@ def main_generation(model: str, args: argparse.Namespace, argv: Sequence[str]) -
     slo = args.slo_ms or Catalogue.load(CATALOGUE).entry(model).slo_ms
     try:
         return generation.tune(model, slo, args.model_store, args.config, args.out, usable_cores(), not args.no_write,
-                               args.ttft_samples, command, progress_for(model))
+                               args.ttft_samples, command, progress_for(model), budget_s(args))
     except KeyboardInterrupt:
         print("\ninterrupted: every server was stopped", file=sys.stderr)
         return 130

@@ -34,10 +34,12 @@ from typing import Optional
 
 from benchmarks.bench.generation_probes import throughput
 from benchmarks.load import stats
+from benchmarks.load.budget import Budget
 from benchmarks.load.environment import cpu_model
 from benchmarks.tune.config_writer import Provenance, Update, write_config
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.measure import NOISE_BAND, REMEASUREMENTS, median_by
+from benchmarks.tune.search import CANDIDATE_MIN_S
 from serving.launcher import TorchServe
 from serving.repo import shown
 from serving.ts_config import ModelSettings
@@ -144,7 +146,10 @@ def is_async(archive: Path) -> bool:
 
 
 def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores: int, write: bool, samples: int,
-         command: str, progress: Callable[[str], None]) -> int:
+         command: str, progress: Callable[[str], None], budget_s: Optional[float] = None) -> int:
+    """`budget_s`: candidates that would not end within it are not measured (the report names them);
+    the best of those measured is written and verified."""
+    budget = Budget(budget_s)
     folder = out / f"tune-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     asynchronous = is_async(store / f"{model}.mar")
@@ -153,16 +158,24 @@ def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores:
              + (f"async mode: worker layouts x {list(BATCH_SIZES)} concurrent streams" if asynchronous else
                 f"step mode: batchSize {list(BATCH_SIZES)}, one worker x {cores} threads")
              + f"); closed-loop streaming clients, {NEW_TOKENS} tokens each")
-    results = []
+    results, took = [], []
     for i, (settings, clients) in enumerate(space, start=1):
+        need = max(took, default=CANDIDATE_MIN_S)
+        if not budget.allows(f"batchSize {settings.batch_size}, {settings.min_workers} x {settings.threads}, "
+                             f"{clients} streams", need):
+            progress(f"time budget spent: {len(space) - i + 1} candidate(s) not measured")
+            break
+        began = time.monotonic()
         result = judged(partial(measure, store, model, settings, samples, clients=clients), slo_ms, progress)
+        took.append(time.monotonic() - began)
         results.append(result)
         progress(f"[{i}/{len(space)}] batchSize {settings.batch_size}, {settings.min_workers} x {settings.threads}, "
                  f"{result.streams} streams: {result.tokens_per_s:.0f} tokens/s, TTFT {stats.tail_text(result.ttft, 0)}")
     chosen = choose(results, slo_ms)
     report = {"model": model, "mode": "async" if asynchronous else "step", "slo_ms": slo_ms,
               "command": portable(command), "candidates": [r.to_json() for r in results],
-              "chosen": chosen.to_json() if chosen else None, "written": False, "verified": None}
+              "chosen": chosen.to_json() if chosen else None, "written": False, "verified": None,
+              "budget": budget.to_json()}
     verified = True
     if chosen is None:
         progress("no candidate meets the SLO: config.properties left alone")
@@ -223,7 +236,15 @@ def markdown(report: dict) -> str:
            f"{stats.tail_text(ttft_of(verified), 0)}{remeasured(verified)}: "
            f"{report.get('verdict', 'measured')}." if verified else ""), "",
         f"A TTFT p99 within {NOISE_BAND:g}x of the SLO, either side, is measured {REMEASUREMENTS} more times and the "
-        "median decides; every measurement's p99 is in brackets.", "", "![candidates](candidates.png)", ""])
+        "median decides; every measurement's p99 is in brackets.", "", *budget_lines(report.get("budget")),
+        "![candidates](candidates.png)", ""])
+
+
+def budget_lines(budget: Optional[dict]) -> list[str]:
+    if not budget or not budget.get("left_out"):
+        return []
+    return [f"The time budget ({budget['budget_s'] / 60:g} min) ended the search: not measured: "
+            + "; ".join(budget["left_out"]) + ".", ""]
 
 
 def remeasured(candidate: dict) -> str:

@@ -65,10 +65,11 @@ class TuneOptions:
     wait_quiet_s: float
     record: Mapping[str, Any]
     command: str
+    budget_s: Optional[float] = None  # the search's time budget (None: none); not recorded, like wait_quiet_s
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], folder: Path, wait_quiet_s: float = 0.0,
-                    command: str = "") -> TuneOptions:
+                    command: str = "", budget_s: Optional[float] = None) -> TuneOptions:
         unknown = sorted(set(record) - set(RECORD_KEYS))
         missing = [key for key in RECORD_KEYS if key not in record and key not in OPTIONAL_KEYS]
         if unknown or missing:
@@ -87,6 +88,8 @@ class TuneOptions:
             raise TuneError(f"--space {r['space']!r}: choose one of {', '.join(PRESETS)}")
         if wait_quiet_s < 0:
             raise TuneError(f"--wait-quiet must be >= 0 seconds, got {wait_quiet_s}")
+        if budget_s is not None and budget_s <= 0:
+            raise TuneError(f"--budget-min must be > 0 (0 on the command line: no budget), got {budget_s / 60:g}")
         try:
             rule = StabilityRule(tolerance_pct=r["stability_pct"], last=r["stable_windows"],
                                  max_windows=max(r["max_windows"], r["stable_windows"]), warmup=1)
@@ -105,7 +108,8 @@ class TuneOptions:
             verify=VerifySettings(int(r["verify_points"]), float(r["verify_warmup_s"]), float(r["verify_stability_pct"])),
             config=_path(r["config"]), model_store=_path(r["model_store"]),
             variants=None if r.get("variant") is None else tuple(str(v) for v in r["variant"]), folder=Path(folder).resolve(),
-            wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(dict(record)), command=command)
+            wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(dict(record)), command=command,
+            budget_s=budget_s)
 
 
 def record_of(options: Mapping[str, Any], model: str, slo_ms: float, cores: int) -> dict:

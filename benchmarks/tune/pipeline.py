@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.load import resources
+from benchmarks.load.budget import Budget
 from benchmarks.load.environment import describe_environment
 from benchmarks.tune import report, variants
 from benchmarks.tune.checkpoint import Checkpoint
@@ -39,6 +40,8 @@ def tune_model(options: TuneOptions, progress: Progress,
                serve_with: Callable[[ServePlan, Progress], ServedMeasurer] = ServedMeasurer) -> int:
     """One model, end to end. 0: tuned (and verified, unless skipped); 1: nothing met the SLO, or
     the verification failed. `serve_with` makes the measurer (a stand-in in the replay test)."""
+    # The search's candidates stop where the budget ends; the written file is verified whatever is left.
+    budget = Budget(options.budget_s)
     checkpoint = Checkpoint(options.folder / "checkpoint.json", dict(options.record))
     if checkpoint.resumed:
         progress(f"resuming from {shown(options.folder)}: measurements already taken are replayed, not repeated")
@@ -81,10 +84,10 @@ def tune_model(options: TuneOptions, progress: Progress,
             defaults_result = run(Fixed([first], "defaults", options.search.rates), measurer, slo, progress).results[0]
         guided = ModelGuided(space.candidates(), service, slo, options.search,
                              (defaults_result,) if defaults_result else (), progress)
-        result = guided.result(run(guided, measurer, slo, progress))
-        result = shorter_delay(result, space, measurer, slo, options.search, progress)
+        result = guided.result(run(guided, measurer, slo, progress, budget))
+        result = shorter_delay(result, space, measurer, slo, options.search, progress, budget)
         if steps.grid:
-            grid = run(Fixed.grid(space.candidates()), measurer, slo, progress).results
+            grid = run(Fixed.grid(space.candidates()), measurer, slo, progress, budget).results
             judged = head_to_head(result.chosen, best_of(grid), slo, measurer, progress)
     conditions = {"before": before, "after": resources.machine_conditions(), "starts": live.conditions}
     environment = describe_environment()

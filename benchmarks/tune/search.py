@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Optional, Protocol
 
+from benchmarks.load.budget import Budget
 from benchmarks.load.capacity import RateSettings
 from benchmarks.tune.rates import Measurer, evaluate
 from benchmarks.tune.results import CandidateResult, best_of
@@ -33,6 +34,9 @@ MIN_CANDIDATES = 3
 # The exhaustive grid knows nothing of the model: it climbs from a low rate by doubling.
 GRID_RATES = RateSettings(step=2.0, resolution=1.06, max_points=12)
 GRID_START_RPS = 8.0
+# With a time budget and nothing measured yet, what a candidate takes at least (a server start and
+# a few points); after that, the longest candidate measured so far.
+CANDIDATE_MIN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -67,17 +71,26 @@ class Run:
         return sum(r.seconds for r in self.results)
 
 
-def run(strategy: Strategy, measurer: Measurer, slo_ms: float, progress: Progress = print) -> Run:
+def run(strategy: Strategy, measurer: Measurer, slo_ms: float, progress: Progress = print,
+        budget: Optional[Budget] = None) -> Run:
+    """`budget`: a proposal that would not end within it is not measured, and the run stops there."""
     results: list[CandidateResult] = []
+    reason = None
     while (proposal := strategy.propose(tuple(results))) is not None:
+        need = max((r.seconds for r in results), default=CANDIDATE_MIN_S)
+        if budget is not None and not budget.allows(f"{strategy.phase} {proposal.candidate.label}", need):
+            reason = (f"time budget of {budget.seconds / 60:g} min spent ({budget.spent_s() / 60:.1f} min): "
+                      f"{proposal.candidate.label} and what would follow not measured")
+            break
         n = len(results) + 1
         progress(f"{strategy.phase} {n}: {proposal.candidate.label} from {proposal.start_rps:.1f} req/s")
         result = evaluate(proposal.candidate, proposal.start_rps, slo_ms, measurer, strategy.phase, strategy.rates,
                           proposal.prediction)
         progress(f"{strategy.phase} {n}: {result.throughput_rps:.1f} req/s within the SLO")
         results.append(result)
-    progress(f"{strategy.phase} stops: {strategy.stop_reason}")
-    return Run(strategy.phase, tuple(results), strategy.stop_reason)
+    reason = reason or strategy.stop_reason
+    progress(f"{strategy.phase} stops: {reason}")
+    return Run(strategy.phase, tuple(results), reason)
 
 
 class Fixed:
@@ -245,7 +258,7 @@ def preferred(results: Sequence[CandidateResult], tie_pct: float) -> Optional[Ca
 
 
 def shorter_delay(result: SearchResult, space: Space, measurer: Measurer, slo_ms: float,
-                  settings: SearchSettings, progress: Progress = print) -> SearchResult:
+                  settings: SearchSettings, progress: Progress = print, budget: Optional[Budget] = None) -> SearchResult:
     """The search ranks by capacity alone, where a longer delay costs nothing. At low load it costs
     every request the delay: measure the chosen workers and batch size at the space's shortest
     delay too (unless measured), then choose by `preferred`. A tie of 0: capacity alone decides,
@@ -259,7 +272,8 @@ def shorter_delay(result: SearchResult, space: Space, measurer: Measurer, slo_ms
     if shorter.behaviour != chosen.behaviour and shorter.behaviour not in {r.candidate.behaviour for r in results}:
         progress(f"{chosen.label} chosen by capacity; measuring it at delay {shorter.max_batch_delay_ms} ms too")
         start = result.chosen.best.rate_rps
-        results += run(Fixed([Proposal(shorter, start)], "delay", settings.rates), measurer, slo_ms, progress).results
+        results += run(Fixed([Proposal(shorter, start)], "delay", settings.rates), measurer, slo_ms, progress,
+                       budget).results
     choice = preferred([r for r in results if r.candidate.behaviour in behaviours], settings.tie_pct)
     if choice is not None and choice.candidate != chosen:
         progress(f"chosen: {choice.candidate.label}, {choice.throughput_rps:.1f} req/s (within {settings.tie_pct:g}% "

@@ -334,3 +334,27 @@ def test_verification_records_the_highest_passing_rate():
     assert checked.summary() == "verified from the written file"
     failed = Verification("config.properties", {}, (), (1, 1), points[2:3], 50.0, 1.0)
     assert not failed.passed and "FAILED" in failed.summary() and "121.0" in failed.summary()
+
+
+def test_a_time_budget_stops_the_search_before_a_candidate_that_does_not_fit():
+    from benchmarks.load.budget import Budget
+
+    now = [0.0]
+    server = SyntheticServer()
+    budget = Budget(100.0, clock=lambda: now[0])
+    strategy = ModelGuided(SPACE.candidates(), FITTED, SLO_MS, SearchSettings(), (), progress=quiet)
+
+    class Clocked:  # each measured point moves the clock by its seconds
+        def finish(self) -> None:
+            pass
+
+        def measure(self, phase, candidate, rate):
+            measured = server.measure(phase, candidate, rate)
+            now[0] += measured.seconds + measured.overhead_s
+            return measured
+
+    searched = run(strategy, Clocked(), SLO_MS, quiet, budget)
+    assert 1 <= len(searched.results) < len(search(SyntheticServer()).results)
+    assert searched.stop_reason.startswith("time budget of 1.66667 min spent")
+    assert budget.to_json()["left_out"], "the candidate not measured is named"
+    assert strategy.result(searched).chosen is not None  # the best of those measured is still chosen

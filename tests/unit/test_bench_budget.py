@@ -1,0 +1,74 @@
+"""The bench's time budget and its scouted capacity search, on a simulated server (no TorchServe):
+scouts bracket the p99 target, the bracket's passing rate is measured in full, a full point that
+fails steps down, and a point that does not fit in the budget is not started but named."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.load.budget import Budget, BudgetSpent
+from benchmarks.load.runner import LoadPlan, OpenPoint, open_point_min_s, search_capacity
+from benchmarks.load.stats import StabilityRule
+
+pytestmark = pytest.mark.unit
+
+SLO_MS = 50.0
+
+
+def plan(**changes) -> LoadPlan:
+    values = dict(levels=(1,), min_gain_pct=None, rates=(100.0,), rate_fractions=(), rule=StabilityRule(),
+                  window_s=5.0, capacity_points=5, slo_ms=SLO_MS, scout_requests=300, point_requests=1000)
+    return LoadPlan(**{**values, **changes})
+
+
+class Server:
+    """p99 grows with the rate; full-length points see a worse tail than scouts above `full_limit`."""
+
+    def __init__(self, capacity: float, full_limit: float) -> None:
+        self.capacity, self.full_limit = capacity, full_limit
+        self.measured: list[tuple[float, bool]] = []
+
+    def __call__(self, rate: float, scout: bool = False) -> OpenPoint:
+        self.measured.append((rate, scout))
+        limit = self.capacity if scout else self.full_limit
+        p99 = 20.0 if rate <= limit else 200.0
+        achieved = min(rate, self.capacity * 1.2)
+        return OpenPoint({"mode": "open", "level": rate, "offered_rps": rate, "throughput_rps": achieved,
+                          "latency_ms": {"p99_ms": p99}, "stable": True, "errors": 0, "unanswered": 0})
+
+
+def test_scouts_bracket_and_the_capacity_is_a_full_point():
+    server = Server(capacity=160.0, full_limit=160.0)
+    listed = [server(100.0, scout=True)]
+    best = search_capacity(server, listed, plan(), lambda _: None)
+    assert best is not None and best.rate_rps <= 160.0
+    full = [rate for rate, scout in server.measured if not scout]
+    assert full == [best.rate_rps], "one full point, at the scouts' best rate"
+    assert sum(scout for _, scout in server.measured) >= 3
+
+
+def test_a_full_point_that_fails_steps_down_until_one_passes():
+    server = Server(capacity=160.0, full_limit=110.0)
+    best = search_capacity(server, [server(100.0, scout=True)], plan(), lambda _: None)
+    full = [rate for rate, scout in server.measured if not scout]
+    assert len(full) >= 2 and full == sorted(full, reverse=True)
+    assert best is not None and best.rate_rps == full[-1] <= 110.0
+
+
+def test_without_scouts_every_point_is_full_length():
+    server = Server(capacity=160.0, full_limit=160.0)
+    best = search_capacity(server, [server(100.0)], plan(scout_requests=0), lambda _: None)
+    assert best is not None and not any(scout for _, scout in server.measured)
+
+
+def test_a_point_that_does_not_fit_is_not_started_and_is_named():
+    now = [0.0]
+    budget = Budget(600.0, clock=lambda: now[0])
+    need = open_point_min_s(20.0, plan(), 1000)  # 1,000 arrivals at 20 req/s: minutes
+    assert need > 60
+    now[0] = 600.0 - need / 2
+    assert not budget.allows("ours open loop 20 req/s", need)
+    with pytest.raises(BudgetSpent, match="ours open loop 20 req/s"):
+        budget.require("ours open loop 20 req/s", need)
+    assert budget.to_json()["left_out"][0].startswith("ours open loop 20 req/s (needs")
+    assert Budget(None).allows("anything", 1e9)
