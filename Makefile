@@ -1,4 +1,4 @@
-# make serve | make stop | make test | make test-unit | make test-archives | make test-e2e | make build | make tune | make venv | make clean
+# make serve | make stop | make test | make test-all | make test-unit | make test-archives | make test-e2e | make build | make tune | make venv | make lock | make retrain | make clean
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -9,13 +9,14 @@ TS     := $(VENV)/bin/torchserve
 STAMP  := $(VENV)/.requirements.stamp
 ARGS   ?=
 
-.PHONY: help lock venv java-check lint build build-serving serve stop test test-unit test-archives test-e2e bench bench-inprocess tune reliability deploy plan clean
+.PHONY: help lock retrain venv java-check lint build build-serving serve stop test test-all test-unit test-archives test-e2e bench bench-inprocess tune reliability deploy plan clean
 
 help:
 	@echo "make serve      build the archives config.properties loads, start TorchServe on 127.0.0.1:8080-8082,"
 	@echo "                print curl lines and a gRPC one-liner (127.0.0.1:7070)"
 	@echo "make stop       stop it"
-	@echo "make test       unit + archives + e2e tests (fails if any fails or none ran); ARGS='-k ...' passes options to pytest"
+	@echo "make test       unit + archives + e2e tests but the slow ones (what CI runs; fails if any fails or none ran);"
+	@echo "                ARGS='-k ...' passes options to pytest;  make test-all: every test, the slow ones too"
 	@echo "make test-unit  tests/unit only: tiny models made on the fly, no build (make test and test-unit lint first)"
 	@echo "make lint       ruff check . (rules in pyproject.toml); fails on any finding"
 	@echo "make test-archives  tests/archives: handlers in-process on the built archives;  make test-e2e  tests/e2e only"
@@ -30,6 +31,7 @@ help:
 	@echo "                [ARGS=\"--soak-minutes 10\"]  (python -m benchmarks.reliability --help)"
 	@echo "make deploy [RATE=<req/s>]  deploy/: Dockerfile, Kubernetes and KServe manifests from the tuned mix, validated"
 	@echo "make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]  replicas -> deploy/k8s/hpa.yaml"
+	@echo "make retrain [SCRIPT=models/tinylm/train.py]  train the demo models again and ship models/*/trained/"
 	@echo "make venv       (re)install .venv when a lock changes (requirements/*.txt);  make lock: the locks from requirements/*.in;  make clean"
 
 # The stamp is newer than both locks once they are installed. requirements/dev.txt locks the dev set
@@ -100,18 +102,24 @@ endef
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# make test: what CI runs (.ci/run). Tests marked slow (retraining, long measurements) leave it for
+# make test-all, which runs every test; docs/tools.md#tests lists what each holds.
+FAST := -m 'not slow'
 test: lint build java-check
+	$(call pytest,$(FAST))
+
+test-all: lint build java-check
 	$(call pytest,)
 
 # tests/unit makes tiny models of every family in a temp folder: no archives, no build.
 test-unit: lint
-	$(call pytest,tests/unit)
+	$(call pytest,tests/unit $(FAST))
 
 test-archives: build
-	$(call pytest,tests/archives)
+	$(call pytest,tests/archives $(FAST))
 
 test-e2e: build java-check
-	$(call pytest,tests/e2e)
+	$(call pytest,tests/e2e $(FAST))
 
 # Handler settings against the naive path, in-process (no server): items/s and ratios, plus a plot.
 bench-inprocess: build
@@ -165,6 +173,12 @@ lock:
 	      for wheel in "$$scratch"/*.whl; do name=$$(basename "$$wheel" | cut -d- -f1-2 | sed 's/-/==/'); \
 	        echo "$$name --hash=sha256:$$(sha256sum "$$wheel" | cut -d' ' -f1)"; done; } > requirements/nodeps.txt
 	@echo "locks written: requirements/*.txt (make venv installs dev.txt and nodeps.txt)"
+
+# The trained demo models again, shipped: each script's output replaces models/<name>/trained/ with
+# its training_report.json (figures, code digest, sha256 per file); commit both. tinylm takes minutes.
+# SCRIPT=models/digits/train.py: that one only.
+retrain: $(STAMP)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m build.training $(or $(SCRIPT),$(sort $(wildcard models/*/train.py)))
 
 clean:
 	rm -rf logs key_file.json .pytest_cache .grpc_stubs model_store/*.mar model_store/.build-state.json

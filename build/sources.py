@@ -29,7 +29,7 @@ import torch
 
 from build.errors import CatalogueError, ExportError
 from build.files import FileSource, only_keys
-from build.training import trained_folder, trained_weights, training_code
+from build.training import trained_folder, trained_inputs, trained_weights
 from handlers.errors import ConfigError
 from handlers.sources import HuggingFaceSource, ModuleSource
 
@@ -132,8 +132,8 @@ class PythonSource:
 
     def input_files(self, root: Path) -> list[Path]:
         files = sorted((root / self.file).parent.rglob("*.py")) if self.file else []
-        if self.weights.trainer is not None:  # the trained weights: what training_code says decides them
-            return files + training_code(root / self.weights.trainer)
+        if self.weights.trainer is not None:  # the trained weights: their code and the shipped files
+            return files + trained_inputs(root / self.weights.trainer)
         return files + [self.weights.source.resolve(root, "model.weights")]
 
 
@@ -236,8 +236,8 @@ class HuggingFaceFolder:
             shutil.copy2(folder / name, content / name)
 
     def input_files(self, root: Path) -> list[Path]:
-        if self.trainer is not None:  # the trained folder: what training_code says decides it
-            return training_code(root / self.trainer)
+        if self.trainer is not None:  # the trained folder: its code and the shipped files
+            return trained_inputs(root / self.trainer)
         return sorted(p for p in self.folder(root).iterdir() if p.is_file())
 
 

@@ -79,11 +79,13 @@ class HuggingFaceSource:
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
         auto = getattr(transformers, self.auto)
 
+        # fp32 whatever dtype the folder's config names (transformers follows it): the handler's
+        # precision setting decides what runs, and the gate's reference is fp32.
         def make(attention: Optional[str]) -> torch.nn.Module:
             if with_weights:
                 return auto.from_pretrained(str(folder), config=config, local_files_only=True,
-                                            attn_implementation=attention)
-            return auto.from_config(config, attn_implementation=attention)
+                                            attn_implementation=attention, dtype=torch.float32)
+            return auto.from_config(config, attn_implementation=attention, dtype=torch.float32)
 
         try:  # scaled-dot-product attention (one fused kernel) where the architecture has it
             return make("sdpa")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,20 @@ def model_store() -> Path:
         pytest.fail(f"python -m build exited {proc.returncode}:\n{proc.stdout[-4000:]}", pytrace=False)
     print(f"\n[build] archives ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
     return MODEL_STORE
+
+
+_TIER_SECONDS: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report):
+    """Each test's setup, call and teardown seconds, summed by tier (tests/<tier>/...)."""
+    parts = report.nodeid.split("/")
+    _TIER_SECONDS[parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per tier, so CI shows which one grows (a server's start counts where its first test is)."""
+    if _TIER_SECONDS:
+        terminalreporter.section("seconds per tier")
+        for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{tier:<10} {seconds:8.1f} s")

@@ -130,7 +130,8 @@ def load_drafter(kind: str, model_dir, draft_model: str) -> Optional[Drafter]:
         return LookupDrafter()
     path = Path(model_dir) / draft_model
     if path.is_file():
-        return RecurrentDrafter(torch.jit.load(str(path), map_location="cpu").eval())
+        # fp32 whatever the file stores (the shipped draft is fp16 on disk).
+        return RecurrentDrafter(torch.jit.load(str(path), map_location="cpu").float().eval())
     if (path / "config.json").is_file():
         from transformers import AutoModelForCausalLM
 

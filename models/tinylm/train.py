@@ -1,14 +1,17 @@
 """A small GPT-2 trained here, on text that ships with Python: the standard library's
 `pydoc_data.topics` (~0.47 MB of the language reference, real English documentation). No weights
 can be downloaded, so this is the causal-LM family's shipped example. `make build` calls
-`train(out)` when the catalogue's model says `huggingface: {train: models/tinylm/train.py}`, and
-caches the folder by the content of this folder (build/training.py): ~3 minutes on 2 cores.
+`train(out)` through `make retrain SCRIPT=models/tinylm/train.py` (build/training.py), which
+ships its output in `trained/` beside this file: 5-20 minutes on 2 cores, so `make build` uses the
+shipped folder and trains nothing.
 
     .venv/bin/python -m models.tinylm.train      # trains into a temp folder, prints the figures
 
 Writes a Hugging Face folder: config.json + model.safetensors (GPT2LMHeadModel) + tokenizer.json
 (byte-level BPE trained with `tokenizers` on the same training text), and `draft.pt`: the draft
 model for speculative decoding (draft.py), distilled from the trained model on the same text.
+Both are stored in fp16, half the size in git (a worker loads them into fp32): the weights are
+rounded to fp16 before the figures are measured, so the figures are those of the shipped files.
 
 Every 8th step trains on one window of the whole context (1,536 tokens), so that every position
 (a 1,000-token shared prefix, say) has trained embeddings and attention that spans it.
@@ -129,10 +132,12 @@ def train(out: Path) -> dict:
             print(f"  tinylm: step {step + 1}/{STEPS} loss {loss.item():.2f}, held-out perplexity "
                   f"{perplexity(model, held_windows):.1f} ({time.perf_counter() - started:.0f} s)", flush=True)
             model.train()
+    round_to_half(model)
     held_ppl = perplexity(model, held_windows)
     unigram_ppl = unigram_perplexity(token_stream(tokenizer, train_texts), held_windows[:, :-1].reshape(-1),
                                      tokenizer.get_vocab_size())
-    model.save_pretrained(str(out), safe_serialization=True)
+    model.half().save_pretrained(str(out), safe_serialization=True)
+    model.float()
     tokenizer.save(str(Path(out) / "tokenizer.json"))
     sample = greedy_sample(model, tokenizer, "The for statement is used to", 24)
     from models.tinylm.draft import distil
@@ -142,6 +147,13 @@ def train(out: Path) -> dict:
             "held_out_tokens": int(held_windows[:, :-1].numel()),
             "vocab": tokenizer.get_vocab_size(), "steps": STEPS, "seed": SEED, **ARCHITECTURE,
             "seconds": round(time.perf_counter() - started, 1), "sample": sample, "draft": draft_figures}
+
+
+def round_to_half(module: torch.nn.Module) -> None:
+    """Weights rounded to what fp16 storage keeps, in place (they stay fp32)."""
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.copy_(parameter.half().float())
 
 
 def unigram_perplexity(train: torch.Tensor, held: torch.Tensor, vocab: int) -> float:
