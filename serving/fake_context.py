@@ -33,7 +33,7 @@ class FakeMetrics:
 
 class FakeContext:
     def __init__(self, model_dir: Path, model_name: str, batch_size: int = 4,
-                 handler_overrides: Optional[dict] = None):
+                 handler_overrides: Optional[dict] = None, gpu_id: Optional[int] = None):
         config = yaml.safe_load((model_dir / "model-config.yaml").read_text())
         for section, values in (handler_overrides or {}).items():
             if isinstance(values, dict):
@@ -42,7 +42,7 @@ class FakeContext:
                 config["handler"][section] = values
         self.model_name = model_name
         self.model_yaml_config = config
-        self.system_properties = {"model_dir": str(model_dir), "gpu_id": None, "batch_size": batch_size}
+        self.system_properties = {"model_dir": str(model_dir), "gpu_id": gpu_id, "batch_size": batch_size}
         self.metrics = FakeMetrics()
         self.headers: dict[int, dict[str, str]] = {}
         self.statuses: dict[int, tuple[int, str]] = {}

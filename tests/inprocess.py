@@ -13,10 +13,11 @@ from handlers.handler import Handler
 from serving.fake_context import FakeContext
 
 
-def make_handler(model_dir: Path, name: str, batch_size: int = 4, **overrides):
+def make_handler(model_dir: Path, name: str, batch_size: int = 4, gpu_id=None, **overrides):
     """The handler TorchServe would run for this extracted archive, initialised in-process;
-    `overrides`: handler-section settings changed on top of the archive's (runtime=..., <family>=...)."""
-    context = FakeContext(model_dir, name, batch_size=batch_size, handler_overrides=overrides)
+    `overrides`: handler-section settings changed on top of the archive's (runtime=..., <family>=...);
+    `gpu_id`: what TorchServe hands a worker on a GPU host."""
+    context = FakeContext(model_dir, name, batch_size=batch_size, handler_overrides=overrides, gpu_id=gpu_id)
     handler = Handler()
     handler.initialize(context)
     return handler, context

@@ -57,10 +57,12 @@ class Engine:
     def __init__(self, lm: torch.nn.Module, decode: Callable[[Sequence[int]], str], eos_id: int | Sequence[int],
                  max_positions: int, autocast_dtype: Optional[torch.dtype] = None, drafter: Optional[Drafter] = None,
                  speculate_max_batch: int = 2, max_draft_tokens: int = 8,
-                 prefix_cache: Optional[PrefixCache] = None) -> None:
+                 prefix_cache: Optional[PrefixCache] = None, device: Optional[torch.device] = None) -> None:
         """`eos_id`: the end-of-text id, or several (any of them ends a sequence; the first pads).
         `drafter`: speculative decoding (drafting.py) for greedy sequences, while the batch holds
-        at most `speculate_max_batch` of them. `prefix_cache`: prompts reuse cached prefixes."""
+        at most `speculate_max_batch` of them. `prefix_cache`: prompts reuse cached prefixes.
+        `device`: where the LM's weights are (default: where its first parameter is); every token id,
+        mask and position is made there."""
         self.lm = lm
         self.drafter = drafter
         self.prefix_cache = prefix_cache
@@ -72,7 +74,7 @@ class Engine:
         self._ends = frozenset(self.eos_ids)
         self.max_positions = max_positions
         self.autocast_dtype = autocast_dtype
-        self.device = torch.device("cpu")
+        self.device = device if device is not None else next(lm.parameters()).device
         self.running: list[Generation] = []
         self.kv: Optional[KVBatch] = None
 
@@ -113,12 +115,14 @@ class Engine:
 
     def _prefill(self, sequences: list[Generation]) -> tuple[torch.Tensor, KVBatch]:
         width = max(len(s.request.prompt_ids) for s in sequences)
+        # Built on the host in one piece, then one copy: a copy per prompt row would cost a launch each.
         ids = torch.full((len(sequences), width), self.eos_id, dtype=torch.long)
         mask = torch.zeros((len(sequences), width), dtype=torch.long)
         for row, seq in enumerate(sequences):
             prompt = torch.tensor(seq.request.prompt_ids, dtype=torch.long)
             ids[row, width - len(prompt):] = prompt
             mask[row, width - len(prompt):] = 1
+        ids, mask = runtime.to_device(ids, self.device), runtime.to_device(mask, self.device)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         logits, layers = self._forward(ids, mask, positions, None)
         fresh = KVBatch.from_prefill(layers, mask)
@@ -133,9 +137,9 @@ class Engine:
     def _prefill_after(self, seq: Generation, cached: int, layers: list) -> tuple[torch.Tensor, KVBatch]:
         """One prompt whose first `cached` tokens' keys/values are `layers`: the model reads the rest."""
         prompt = seq.request.prompt_ids
-        ids = torch.tensor([prompt[cached:]], dtype=torch.long)
-        mask = torch.ones((1, len(prompt)), dtype=torch.long)
-        positions = torch.arange(cached, len(prompt)).unsqueeze(0)
+        ids = torch.tensor([prompt[cached:]], dtype=torch.long, device=self.device)
+        mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
+        positions = torch.arange(cached, len(prompt), device=self.device).unsqueeze(0)
         logits, out = self._forward(ids, mask, positions, KVBatch(layers, mask[:, :cached]))
         self.prefix_cache.store(prompt, out)  # a longer prompt is kept, for prompts that share more of it
         return logits, KVBatch(list(out), mask)
@@ -150,8 +154,8 @@ class Engine:
             if any(drafts):
                 return self._verify(drafts)
         advanced = list(self.running)
-        ids = torch.tensor([[seq.pending] for seq in advanced], dtype=torch.long)
-        mask = torch.cat([self.kv.mask, torch.ones((len(advanced), 1), dtype=torch.long)], dim=1)
+        ids = torch.tensor([[seq.pending] for seq in advanced], dtype=torch.long, device=self.device)
+        mask = torch.cat([self.kv.mask, torch.ones((len(advanced), 1), dtype=torch.long, device=self.device)], dim=1)
         logits, layers = self._forward(ids, mask, self.kv.positions(), self.kv)
         self.kv = self.kv.extended(layers)
         self._choose(advanced, logits)
@@ -167,9 +171,11 @@ class Engine:
         # Short drafts are filled with end-of-text: a filler is kept only where it is the model's own choice.
         inputs = [[seq.pending, *d, *[self.eos_id] * (width - len(d))] for seq, d in zip(advanced, drafts)]
         start = self.kv.mask.shape[1]
-        mask = torch.cat([self.kv.mask, torch.ones((len(advanced), width + 1), dtype=torch.long)], dim=1)
-        positions = self.kv.positions() + torch.arange(width + 1)
-        logits, layers = self._forward(torch.tensor(inputs), mask, positions, self.kv, keep=width + 1)
+        mask = torch.cat([self.kv.mask, torch.ones((len(advanced), width + 1), dtype=torch.long, device=self.device)],
+                         dim=1)
+        positions = self.kv.positions() + torch.arange(width + 1, device=self.device)
+        logits, layers = self._forward(torch.tensor(inputs, device=self.device), mask, positions, self.kv,
+                                       keep=width + 1)
         choices = logits.argmax(dim=-1).tolist()
         now = time.perf_counter()
         for row, seq in enumerate(advanced):
@@ -267,10 +273,10 @@ class Engine:
     def generate_without_cache(self, request: GenerationRequest) -> Generation:
         """The reference: every step recomputes the whole sequence (no KV cache)."""
         seq = self.new_sequence("recompute", request)
-        ids = torch.tensor([request.prompt_ids], dtype=torch.long)
+        ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=self.device)
         while not seq.done:
             with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):
                 logits = self.lm(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1, :].float()
             self._choose([seq], logits)
-            ids = torch.cat([ids, torch.tensor([[seq.pending]])], dim=1)
+            ids = torch.cat([ids, torch.tensor([[seq.pending]], device=self.device)], dim=1)
         return seq

@@ -42,7 +42,7 @@ class KVBatch:
 
     def extended(self, layers: Sequence[Layer]) -> KVBatch:
         """After a decoding step: the model's layers (one column longer), every row real there."""
-        ones = torch.ones((self.rows, 1), dtype=self.mask.dtype)
+        ones = torch.ones((self.rows, 1), dtype=self.mask.dtype, device=self.mask.device)
         return KVBatch(list(layers), torch.cat([self.mask, ones], dim=1))
 
     def merged(self, other: Optional[KVBatch]) -> KVBatch:
@@ -68,7 +68,7 @@ class KVBatch:
 
     def kept(self, rows: Sequence[int]) -> KVBatch:
         """Only these rows (in this order), with columns that are padding in all of them cut."""
-        index = torch.tensor(list(rows), dtype=torch.long)
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.mask.device)
         mask = self.mask.index_select(0, index)
         if len(rows) == 0:
             return KVBatch([(k[:0, :, :0], v[:0, :, :0]) for k, v in self.layers], mask[:, :0])

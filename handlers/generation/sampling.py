@@ -25,8 +25,10 @@ def new_generator(request: GenerationRequest) -> Optional[torch.Generator]:
 
 
 def sample_one(logits: torch.Tensor, request: GenerationRequest, generator: torch.Generator) -> int:
-    """One token from a (vocab,) row of logits."""
-    scores = logits.float() / request.temperature
+    """One token from a (vocab,) row of logits. Drawn on the host, whatever device the logits are on:
+    the sequence's generator is a host one, so a seed gives the same draws on a CPU and a GPU, and
+    the token is read on the host anyway."""
+    scores = logits.float().cpu() / request.temperature
     if 0 < request.top_k < scores.numel():
         kth = torch.topk(scores, request.top_k).values[-1]
         scores = scores.masked_fill(scores < kth, float("-inf"))

@@ -27,7 +27,7 @@ def generation_service(handler, model_dir: Path, continuous: bool, asynchronous:
                     handler.autocast_dtype, drafter=load_drafter(settings.speculation, model_dir,
                                                                  settings.draft_model),
                     speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,
-                    prefix_cache=cache)
+                    prefix_cache=cache, device=handler.device)
     if asynchronous:
         return AsyncGenerationService(engine, handler.model_name, handler.decode_each, handler.reject,
                                       family=handler.family, max_running=settings.max_running,
