@@ -187,7 +187,7 @@ def run(cfg: BenchConfig) -> Path:
 
             quiet("ceiling")
             ceiling = measure_ceiling(cfg.model, cfg.settings, cfg.plan, cfg.base_config, METRICS_PROPERTIES,
-                                      tmp, progress)
+                                      tmp, progress, only_ours=cfg.smoke)
         if not cfg.plan.rates and not cfg.plan.rate_fractions:
             cfg = replace(cfg, plan=replace(cfg.plan, rates=(round(START_FRACTION * limit["items_per_s"], 1),)))
         quiet("ours")

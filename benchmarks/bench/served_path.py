@@ -28,20 +28,22 @@ Progress = Callable[[str], None]
 CEILING_BATCH_SIZES = (1, 8)
 
 
-def ceiling_batch_sizes(ours: int) -> tuple:
-    return tuple(sorted({*CEILING_BATCH_SIZES, ours}))
+def ceiling_batch_sizes(ours: int, only_ours: bool = False) -> tuple:
+    return (ours,) if only_ours else tuple(sorted({*CEILING_BATCH_SIZES, ours}))
 
 
 def measure_ceiling(model: str, settings: ModelSettings, plan: LoadPlan, base_config: Path,
-                    extra_properties: Mapping[str, str], tmp: Path, progress: Progress) -> dict[int, ServerRun]:
-    """Closed-loop sweeps of the no-op archive under ours' frontend values, one server per batch size."""
+                    extra_properties: Mapping[str, str], tmp: Path, progress: Progress,
+                    only_ours: bool = False) -> dict[int, ServerRun]:
+    """Closed-loop sweeps of the no-op archive under ours' frontend values, one server per batch size
+    (`only_ours`: ours' batch size alone, which the combined limit needs: the smoke run's form)."""
     from benchmarks.bench.noop.archive import build_noop
 
     store = tmp / "noop-store"
     build_noop(model, store)
     sweep = replace(plan, rates=(), rate_fractions=())
     runs = {}
-    for size in ceiling_batch_sizes(settings.batch_size):
+    for size in ceiling_batch_sizes(settings.batch_size, only_ours):
         values = replace(settings, batch_size=size)
         progress(f"[ceiling] no-op handler, batch size {size}, delay {values.max_batch_delay_ms} ms, "
                  f"{values.max_workers} worker(s)")

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.load.generation import generate
 from benchmarks.load.server_metrics import Scrape
 from serving.launcher import TorchServe
@@ -27,25 +26,14 @@ BODIES = [{"prompt": p, "max_new_tokens": 24 + 8 * i, "temperature": 0} for i, p
 
 
 @pytest.fixture(scope="module")
-def stores(model_store, tmp_path_factory):
-    """The built archive as it is (the async mode, the default) and a copy switched to the step mode."""
-    folder = tmp_path_factory.mktemp("step-store")
-    with_handler_settings(model_store / f"{MODEL}.mar", folder, MODEL, {"causal_lm": {"mode": "step"}})
-    return {"step": folder, "async": model_store}
+def step_answers(step_lm_server):
+    """The step mode's answers (tests/e2e/conftest.py's shared server), the reference."""
+    return [generate(step_lm_server.client, MODEL, body, stream=False) for body in BODIES]
 
 
 @pytest.fixture(scope="module")
-def step_answers(stores):
-    with TorchServe(stores["step"], models={MODEL: ModelSettings(batch_size=4, max_batch_delay_ms=1)},
-                    load=(MODEL,)) as ts:
-        return [generate(ts.client, MODEL, body, stream=False) for body in BODIES]
-
-
-@pytest.fixture(scope="module")
-def async_server(stores):
-    with TorchServe(stores["async"], models={MODEL: ModelSettings(batch_size=1, max_batch_delay_ms=1)},
-                    load=(MODEL,)) as ts:
-        yield ts
+def async_server(async_lm_server):
+    return async_lm_server
 
 
 def gauge(server, name: str) -> float:
@@ -113,9 +101,9 @@ def test_the_generation_metrics_reach_prometheus(async_server):
     assert all(gauge(async_server, n) > 0 for n in names), {n: gauge(async_server, n) for n in names}
 
 
-def test_two_workers_of_one_generating_model_both_serve(stores):
+def test_two_workers_of_one_generating_model_both_serve(model_store):
     settings = {MODEL: ModelSettings(batch_size=1, max_batch_delay_ms=1, min_workers=2, max_workers=2, threads=1)}
-    with TorchServe(stores["async"], models=settings, load=(MODEL,)) as ts:
+    with TorchServe(model_store, models=settings, load=(MODEL,)) as ts:
         pids = ts.worker_pids(MODEL)
         with ThreadPoolExecutor(4) as pool:
             results = list(pool.map(lambda b: generate(ts.client, MODEL, b, stream=False), BODIES))

@@ -13,9 +13,6 @@ import pytest
 
 from benchmarks.load.generation import generate
 from benchmarks.load.server_metrics import Scrape
-from serving.launcher import TorchServe
-from serving.ts_config import ModelSettings
-from tests.e2e.helpers import store_with
 
 pytestmark = pytest.mark.e2e
 
@@ -25,11 +22,9 @@ PROMPTS = ["The for statement is used to", "A class definition", "Names refer to
 
 
 @pytest.fixture(scope="module")
-def lm_server(model_store, tmp_path_factory):
-    store = store_with(model_store, tmp_path_factory.mktemp("step-store"), MODEL, {"causal_lm": {"mode": "step"}})
-    settings = {MODEL: ModelSettings(batch_size=4, max_batch_delay_ms=1)}
-    with TorchServe(store, models=settings, load=(MODEL,)) as ts:
-        yield ts
+def lm_server(step_lm_server):
+    """The step mode at batchSize 4 (tests/e2e/conftest.py's shared server)."""
+    return step_lm_server
 
 
 def gauge(server, name: str) -> float:

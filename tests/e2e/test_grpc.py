@@ -20,16 +20,13 @@ import time
 import grpc
 import pytest
 
-from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.reliability.corpus import HANDLER, family_cases
 from build.catalogue import Catalogue
 from serving.grpc_client import GrpcClient, HandlerRefused, error_message
 from serving.grpc_forms import grpc_body
-from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, REPO_ROOT
-from serving.ts_config import ModelSettings
 from tests.e2e.conftest import MODELS
-from tests.e2e.helpers import examples_of, settings_of, store_with
+from tests.e2e.helpers import examples_of, settings_of
 
 pytestmark = pytest.mark.e2e
 
@@ -39,13 +36,11 @@ STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 413: grpc.StatusCode.RESOURCE_E
 
 
 @pytest.fixture(scope="module")
-def ts(model_store, tmp_path_factory):
-    """The module's server: every model as its archive is built but tinylm, switched to the step mode
-    (continuousBatching, batched as test_generation has it); the request/response models as
-    config.properties tunes them."""
-    store = store_with(model_store, tmp_path_factory.mktemp("grpc-step-store"), LM, {"causal_lm": {"mode": "step"}})
-    with TorchServe(store, models={LM: ModelSettings(batch_size=4, max_batch_delay_ms=1)}, load=SERVED) as server:
-        yield server
+def ts(step_lm_server):
+    """Every model as its archive is built but tinylm, switched to the step mode (continuousBatching,
+    batched as test_generation has it); the request/response models as config.properties tunes them
+    (tests/e2e/conftest.py's shared server)."""
+    return step_lm_server
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +50,9 @@ def client(ts):
 
 
 @pytest.fixture(scope="module")
-def async_ts(model_store, tmp_path_factory):
+def async_ts(async_lm_server):
     """tinylm in the asynchronous worker mode (asyncCommunication), the mode gRPC can stream from."""
-    store = tmp_path_factory.mktemp("grpc-async-store")
-    with_handler_settings(model_store / f"{LM}.mar", store, LM, {"causal_lm": {"mode": "async"}})
-    with TorchServe(store, models={LM: ModelSettings(batch_size=1, max_batch_delay_ms=1)}, load=(LM,)) as server:
-        yield server
+    return async_lm_server
 
 
 @pytest.fixture(scope="module")

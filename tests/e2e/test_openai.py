@@ -14,7 +14,6 @@ import numpy as np
 import openai
 import pytest
 
-from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.load.generation import generate
 from handlers.openai.chat_template import render
 from serving.launcher import TorchServe
@@ -29,11 +28,9 @@ MESSAGES = [{"role": "system", "content": "You answer about Python."},
 
 
 @pytest.fixture(scope="module")
-def lm_server(model_store, tmp_path_factory):
-    store = tmp_path_factory.mktemp("openai-store")
-    with_handler_settings(model_store / f"{LM}.mar", store, LM, {"causal_lm": {"mode": "async"}})
-    with TorchServe(store, models={LM: ModelSettings(batch_size=1, max_batch_delay_ms=1)}, load=(LM,)) as ts:
-        yield ts
+def lm_server(async_lm_server):
+    """tinylm as built (the async mode), batchSize 1 (tests/e2e/conftest.py's shared server)."""
+    return async_lm_server
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +98,9 @@ def test_a_wrong_key_is_refused(lm_server):
 
 
 @pytest.fixture(scope="module")
-def embedder(model_store):
-    with TorchServe(model_store, load=(EMBEDDER,)) as ts:
-        yield ts
+def embedder(server):
+    """The shipped config.properties' server (tests/e2e/conftest.py), which serves the embedder."""
+    return server
 
 
 def test_embeddings_equal_the_predictions_answers(embedder):

@@ -56,7 +56,7 @@ def tuned(tmp_path_factory, model_store):
     # down far enough to pass when the host is busier than during the search.
     done = run_tune("--model", MODEL, "--space", "tiny", "--workers", "2", "--batch-sizes", "1,4", "--delays", "5",
                     "--slo-ms", "1000", "--config", str(config), "--model-store", str(model_store),
-                    "--out", str(tmp / "reports"), "--window-s", "1", "--max-windows", "3", "--stable-windows", "2",
+                    "--out", str(tmp / "reports"), "--window-s", "1", "--max-windows", "2", "--stable-windows", "1",
                     "--stability-pct", "50", "--verify-stability-pct", "100",
                     "--warmup-s", "1", "--point-requests", "0", "--verify-points", "5", "--verify-warmup-s", "1",
                     "--fit-seconds", "0.5", "--max-candidates", "1", "--max-points", "3")
