@@ -284,7 +284,7 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
             progress(f"  {name} {variant.name}: not archived (the gate rejected it)")
             return VariantResult(variant.name, None, verdict.summary, verdict.worst, size, speed, rebuilt=True)
         served = Path(shutil.move(str(served), stage / served.name))
-        model_config = {**family.archive_keys(family.settings), "handler": section}
+        model_config = {**family.archive_keys(family.settings), **export.device_keys(section), "handler": section}
         (stage / "model-config.yaml").write_text(yaml.safe_dump(model_config, sort_keys=False))
         progress(f"  {name} {variant.name}: archiving")
         out = stage / "out"

@@ -59,6 +59,12 @@ def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> dic
         rt["precision"] = "fp32"  # traced as this CPU runs it (no native bf16/fp16): the archive says so
     if variant.serialisation == "onnx":
         rt["channels_last"] = False  # a torch memory format: ONNX Runtime takes NCHW
+    wanted = rt.get("device", "auto")
+    if wanted == "gpu" and not variant.kind.gpu:
+        raise CatalogueError(f"{where}.settings.runtime.device: gpu, but variant {variant.name!r} has no CUDA kernels "
+                             "(torch's dynamic int8 runs on the CPU only): drop the variant or set device auto")
+    if wanted == "auto" and variant.kind.device is not None:
+        rt["device"] = variant.kind.device  # the archive says so: TorchServe then hands its workers no GPU
     section["runtime"] = rt
     section["family"] = entry.family
     section["variant"] = variant.name
@@ -67,6 +73,17 @@ def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> dic
     if served is not None:
         section["source"] = served.to_json()
     return section
+
+
+def device_keys(section: dict[str, Any]) -> dict[str, Any]:
+    """TorchServe's placement keys for the archive's model-config.yaml, from its runtime.device:
+    deviceType cpu or gpu (auto: none, TorchServe places the workers), and deviceIds when given."""
+    rt = section.get("runtime") or {}
+    wanted = rt.get("device", "auto")
+    keys: dict[str, Any] = {} if wanted == "auto" else {"deviceType": wanted}
+    if rt.get("device_ids"):
+        keys["deviceIds"] = list(rt["device_ids"])
+    return keys
 
 
 def parse_settings(entry: ModelEntry, section: dict[str, Any]) -> HandlerSettings:

@@ -30,6 +30,10 @@ class Kind:
     precision: Optional[str]  # forced runtime.precision; None: the entry's
     options: tuple[str, ...] = ()  # keys a catalogue entry may give it
     about: str = ""
+    # Where it runs when runtime.device is auto: "cpu" for what has no GPU path in the serve lock
+    # (ONNX Runtime's CPU package); None: wherever TorchServe places the worker.
+    device: Optional[str] = None
+    gpu: bool = True  # False: no CUDA kernels at all (runtime.device: gpu is refused)
 
 
 KINDS: Mapping[str, Kind] = {
@@ -40,10 +44,10 @@ KINDS: Mapping[str, Kind] = {
     # torch.ao.quantization.quantize_dynamic is deprecated in torch 2.13 (torchao replaces it); it
     # still quantises nn.Linear here, and the trace keeps its quantized::linear_dynamic ops.
     "int8": Kind("torchscript", "torchscript", "model.ts", "fp32",
-                 about="torch dynamic int8 of every nn.Linear (deprecated API), traced"),
-    "onnx": Kind("onnx", "onnx", "model.onnx", "fp32", about="ONNX (opset 17), ONNX Runtime CPU"),
+                 about="torch dynamic int8 of every nn.Linear (deprecated API), traced", device="cpu", gpu=False),
+    "onnx": Kind("onnx", "onnx", "model.onnx", "fp32", about="ONNX (opset 17), ONNX Runtime CPU", device="cpu"),
     "onnx-int8": Kind("onnx", "onnx", "model.onnx", "fp32", options=("keep_fp32", "per_channel"),
-                      about="ONNX Runtime dynamic int8 of MatMul/Gemm weights, per channel"),
+                      about="ONNX Runtime dynamic int8 of MatMul/Gemm weights, per channel", device="cpu"),
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import torch
 
-from handlers import kserve, runtime, tracing
+from handlers import device, kserve, runtime, tracing
 from handlers.answers import encode_answer, reject
 from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
 from handlers.deadlines import read as read_deadlines
@@ -37,7 +37,7 @@ from handlers.profiling import make_profiler, region
 from handlers.request_parts import content_type, request_body, request_headers
 from handlers.response_cache import ResponseCache, coalesce, request_key
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
-from handlers.stage_metrics import StageClock, TracedClock, emit, emit_cache, emit_deadlines
+from handlers.stage_metrics import StageClock, TracedClock, attribute_gpu_time, emit, emit_cache, emit_deadlines
 from handlers.worker_threads import worker_threads
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,9 @@ class Handler:
         yaml_config = getattr(context, "model_yaml_config", None) or {}
         self.settings = HandlerSettings.from_mapping(yaml_config.get("handler"))
         rt = self.settings.runtime
-        self.device = runtime.choose_device(props.get("gpu_id"))
+        self.placement = device.place(props.get("gpu_id"), rt.device)
+        self.device = self.placement.device
+        device.emit_placement(getattr(context, "metrics", None), self.model_name, self.placement)
         self.max_batch_size = int(props.get("batch_size") or 1)
         workers = runtime.sibling_worker_count()
         own = yaml_config.get("minWorkers")
@@ -107,18 +109,26 @@ class Handler:
         if not self.family.generates:  # generation answers step by step, outside the stage clock
             self.tracing = tracing.make_tracing(tracing.TracingConfig.from_settings(rt.tracing, os.environ),
                                                 self.model_name, self.version)
+        # On a GPU a batch is padded up to a bucket: cudnn's autotuning and the warm-up see those shapes only.
+        self.buckets = device.batch_buckets(self.max_batch_size)
+        if rt.cuda_graphs and self.device.type == "cuda" and not self.family.generates:
+            from handlers.cuda_graphs import GraphedBuckets  # GPU workers only
+
+            self.model = GraphedBuckets(self.model, self.device, self.autocast_dtype)
         if rt.warmup:
             warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
-            runtime.warm_up(warm, self.max_batch_size)
+            runtime.warm_up(warm, self.buckets)
+        if hasattr(self.model, "seal"):
+            self.model.seal()
         self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")
         runtime.drop_per_batch_log_line()
         frozen = runtime.freeze_heap() if rt.freeze_heap else 0
         self.initialized = True
         log.info(
-            "%s ready in %.1fs: family=%s variant=%s device=%s threads=%d (from %s; workers=%d) precision=%s graph=%s "
-            "max_batch=%d frozen_objects=%d%s",
+            "%s ready in %.1fs: family=%s variant=%s device=%s (%s) threads=%d (from %s; workers=%d) precision=%s "
+            "graph=%s max_batch=%d frozen_objects=%d%s",
             self.model_name, time.perf_counter() - started, self.settings.family,
-            self.settings.variant or "-", self.device, self.threads,
+            self.settings.variant or "-", self.device, self.placement.reason, self.threads,
             threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
         )
 
@@ -141,12 +151,10 @@ class Handler:
         rt = self.settings.runtime
         weights = model_dir / self.settings.weights
         if rt.graph == "torchscript":
-            return runtime.load_torchscript(str(weights), self.device, rt.optimize_for_inference)
+            module = device.load_torchscript(str(weights), self.device)
+            return torch.jit.optimize_for_inference(module) if rt.optimize_for_inference else module
         if rt.graph == "onnx":
-            if self.device.type != "cpu":
-                raise ConfigError(f"runtime.graph: onnx runs on ONNX Runtime's CPU provider; this worker has "
-                                  f"{self.device}: serve a torchscript variant on a GPU")
-            return load_onnx(weights, self.threads)
+            return load_onnx(weights, self.threads, device.check_onnx_provider(self.device))
         model = self.family.wrap(self.settings.source.build(model_dir))
         model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
         model = runtime.prepare_eager(model, self.device, rt.channels_last)
@@ -210,7 +218,7 @@ class Handler:
         context, clock, results, spans = batch.context, batch.clock, batch.results, batch.spans
         if batch.items:
             started = clock.start()
-            with region(self.profiler, "inference"):
+            with region(self.profiler, "inference"), device.GpuTimer(self.device) as gpu:
                 outputs = self.infer(batch.inputs)
             clock.stop("inference", started)
             started = clock.start()
@@ -219,6 +227,7 @@ class Handler:
                 for idx, envelope, first, count in spans:
                     results[idx] = self.encode(context, idx, answers[first:first + count], envelope)
             clock.stop("postprocess", started)
+            attribute_gpu_time(clock, gpu.elapsed_ms())
 
         for idx, envelope, _, count in spans:  # a request without items (OpenAI's models list) is answered as it is
             if count == 0:
@@ -228,7 +237,7 @@ class Handler:
         batch.deadlines.count_late(idx for idx, _, _, _ in spans)
         if batch.items:
             self.service_time.update(clock.elapsed_ms)
-        emit(getattr(context, "metrics", None), self.model_name, clock, batch.items)
+        emit(getattr(context, "metrics", None), self.model_name, clock, batch.items, device.gpu_memory_mib(self.device))
         emit_deadlines(getattr(context, "metrics", None), self.model_name, batch.deadlines)
         if self.tracing is not None:
             self.tracing.record_batch(context, batch.size, [idx for idx, *_ in spans], batch.refused, clock, batch.items)
@@ -343,12 +352,20 @@ class Handler:
         return outcomes
 
     def infer(self, inputs):
-        """The model on one collated batch: each input tensor on the device in the model's layout."""
+        """The model on one collated batch: each input tensor on the device in the model's layout; on
+        a GPU padded up to its bucket (the padding's rows are dropped from the outputs)."""
         tensors = self.family.model_inputs(inputs)
+        rows = tensors[0].shape[0]
+        padded = self.device.type == "cuda" and device.bucket_for(rows, self.buckets) != rows
+        if padded:
+            tensors = device.pad_rows(tensors, device.bucket_for(rows, self.buckets))
         channels_last = self.settings.runtime.channels_last
-        tensors = tuple(runtime.to_device(runtime.memory_format(t, channels_last), self.device) for t in tensors)
+        # ONNX Runtime takes host arrays whatever its provider: its inputs stay where they are.
+        target = torch.device("cpu") if isinstance(self.model, OnnxModule) else self.device
+        tensors = tuple(runtime.to_device(runtime.memory_format(t, channels_last), target) for t in tensors)
         with torch.inference_mode(), runtime.autocast(self.device, self.autocast_dtype):
-            return self.model(*tensors)
+            outputs = self.model(*tensors)
+        return outputs[:rows] if padded else outputs
 
     def encode(self, context, idx: int, answers: list[Any], envelope: Optional[kserve.Envelope] = None) -> bytes:
         return encode_answer(context, idx, answers, envelope, self.model_name)

@@ -41,7 +41,8 @@ class OnnxModule:
         return self
 
 
-def load_onnx(path: Path, threads: int) -> OnnxModule:
+def load_onnx(path: Path, threads: int, provider: str = "CPUExecutionProvider") -> OnnxModule:
+    """`provider`: CUDAExecutionProvider on a GPU (onnxruntime-gpu; handlers/device.py checks it)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -51,5 +52,6 @@ def load_onnx(path: Path, threads: int) -> OnnxModule:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Spinning threads burn the cores the worker's neighbours were planned on between batches.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
+    session = ort.InferenceSession(str(path), options, providers=providers)
     return OnnxModule(session)

@@ -6,7 +6,7 @@ import contextlib
 import gc
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
@@ -19,13 +19,6 @@ from handlers.settings import RuntimeSettings
 log = logging.getLogger(__name__)
 
 _DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def choose_device(gpu_id: Optional[int]) -> torch.device:
-    """TorchServe hands a gpu_id to GPU workers; everything else runs on the CPU."""
-    if gpu_id is not None and torch.cuda.is_available():
-        return torch.device(f"cuda:{gpu_id}")
-    return torch.device("cpu")
 
 
 def usable_cores() -> int:
@@ -130,13 +123,6 @@ def prepare_eager(model: torch.nn.Module, device: torch.device, channels_last: b
     return model
 
 
-def load_torchscript(path: str, device: torch.device, optimize: bool) -> torch.jit.ScriptModule:
-    """Load an archive's TorchScript (traced and frozen at build time); optionally specialise it
-    for this host (optimize_for_inference: conv/bn folding, oneDNN layouts)."""
-    module = torch.jit.load(path, map_location=device).eval()
-    return torch.jit.optimize_for_inference(module) if optimize else module
-
-
 def compile_model(model: torch.nn.Module, mode: str) -> Callable:
     """torch.compile is lazy: the first calls (made during warm-up) do the compiling."""
     return torch.compile(model, mode=mode, dynamic=False)
@@ -161,9 +147,10 @@ def decode_pool(threads: int) -> Optional[ThreadPoolExecutor]:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="decode") if threads > 1 else None
 
 
-def warm_up(forward: Callable[[int], object], max_batch_size: int) -> None:
-    """One forward pass per batch size up to the maximum, so no real request pays for first-call setup."""
-    for batch_size in range(1, max(1, max_batch_size) + 1):
+def warm_up(forward: Callable[[int], object], batch_sizes: Sequence[int]) -> None:
+    """One forward pass per batch size the server will form (handlers/device.py's buckets), so no real
+    request pays for first-call setup (oneDNN primitives, cudnn's autotuning, CUDA graph capture)."""
+    for batch_size in batch_sizes:
         forward(batch_size)
 
 

@@ -20,6 +20,9 @@ from handlers.sources import Source, source_from
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Graph = Literal["eager", "torchscript", "compile", "onnx"]
+# auto: a GPU when TorchServe hands the worker a gpu_id and torch can use it, else the CPU; cpu: never a
+# GPU (the build writes deviceType: cpu, so TorchServe hands none); gpu: deviceType: gpu.
+Device = Literal["auto", "cpu", "gpu"]
 # Graphs serialised whole at build time: the worker loads them and needs no architecture source.
 SERIALISED_GRAPHS = ("torchscript", "onnx")
 
@@ -71,8 +74,12 @@ def parse_section(cls, mapping: Optional[Mapping[str, Any]], where: str):
 
 @dataclass(frozen=True)
 class RuntimeSettings:
-    """How the model runs: thread budget, precision, graph mode, memory format, warm-up."""
+    """How the model runs: device, thread budget, precision, graph mode, memory format, warm-up."""
 
+    device: Device = "auto"
+    # Which of the host's GPUs the model's workers take (TorchServe's deviceIds; the build writes it
+    # into the archive's model-config.yaml); None: every GPU, round robin.
+    device_ids: Optional[tuple[int, ...]] = None
     threads: Optional[int] = None  # None: physical cores / workers of this model
     interop_threads: int = 1
     precision: Precision = "fp32"
@@ -84,6 +91,9 @@ class RuntimeSettings:
     warmup: bool = True
     freeze_heap: bool = True  # gc.freeze() after start-up: full collections skip the model's objects
     cudnn_benchmark: bool = True
+    # On a GPU: one CUDA graph per batch bucket, captured at warm-up and replayed instead of launching
+    # each kernel (handlers/cuda_graphs.py); inputs of another shape run as usual.
+    cuda_graphs: bool = False
     # A request's answer is due this many ms after it arrived, else it is answered 504 without being
     # computed (handlers/deadlines.py); 0: no deadline. A request's X-Request-Timeout-Ms replaces it.
     deadline_ms: int = 0
@@ -98,6 +108,9 @@ class RuntimeSettings:
             raise ConfigError(f"runtime.preprocess_threads: must be >= 1 or null, got {self.preprocess_threads}")
         if self.interop_threads < 1:
             raise ConfigError(f"runtime.interop_threads: must be >= 1, got {self.interop_threads}")
+        if self.device_ids is not None and (self.device == "cpu" or not self.device_ids or min(self.device_ids) < 0):
+            raise ConfigError(f"runtime.device_ids: GPU indices (>= 0) for device auto or gpu, got {self.device_ids} "
+                              f"with device {self.device!r}")
         if not 0 <= self.deadline_ms <= MAX_TIMEOUT_MS:
             raise ConfigError(f"runtime.deadline_ms: must be 0 (no deadline) .. {MAX_TIMEOUT_MS}, got {self.deadline_ms}")
 

@@ -7,7 +7,9 @@ Prometheus endpoint and get exact means over any window; a gauge would only keep
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Optional
 
 STAGES = ("preprocess", "inference", "postprocess")
 STAGE_METRIC = {stage: f"Handler{stage.capitalize()}Ms" for stage in STAGES}
@@ -50,8 +52,21 @@ class TracedClock(StageClock):
         self.points[point] = time.perf_counter()
 
 
-def emit(metrics, model_name: str, clock: StageClock, batch_size: int) -> None:
-    """Send one batch's figures; ``metrics`` is TorchServe's context.metrics (None in bare use)."""
+def attribute_gpu_time(clock: StageClock, gpu_ms: Optional[float]) -> None:
+    """On a GPU the forward returns once its kernels are launched; they finish during post-processing,
+    whose first read of the outputs waits for them. The CUDA events' time beyond the launch is moved
+    from postprocess to inference (the two still sum to the wall time)."""
+    if gpu_ms is None or "inference" not in clock.elapsed_ms:
+        return
+    waited = min(max(0.0, gpu_ms - clock.elapsed_ms["inference"]), clock.elapsed_ms.get("postprocess", 0.0))
+    clock.elapsed_ms["inference"] += waited
+    clock.elapsed_ms["postprocess"] = clock.elapsed_ms.get("postprocess", 0.0) - waited
+
+
+def emit(metrics, model_name: str, clock: StageClock, batch_size: int,
+         gauges: Optional[Mapping[str, float]] = None) -> None:
+    """Send one batch's figures; ``metrics`` is TorchServe's context.metrics (None in bare use);
+    `gauges`: last values to report as they are (GPU memory, handlers/device.py)."""
     if metrics is None:
         return
     from ts.metrics.dimension import (
@@ -67,6 +82,8 @@ def emit(metrics, model_name: str, clock: StageClock, batch_size: int) -> None:
         metrics.add_time(STAGE_METRIC[stage], ms, dimensions=dims(), metric_type=MetricTypes.COUNTER)
     metrics.add_counter(BATCHES_METRIC, 1, dimensions=dims(Dimension("BatchSize", str(batch_size))))
     metrics.add_counter(ITEMS_METRIC, batch_size, dimensions=dims())
+    for name, value in (gauges or {}).items():
+        metrics.add_metric(name, value, "MB", dimensions=dims(), metric_type=MetricTypes.GAUGE)
 
 
 def emit_cache(metrics, model_name: str, cache) -> None:

@@ -3,6 +3,10 @@
 Any CNN whose input is one normalised image (N, C, H, W): the catalogue entry's source gives the
 architecture and weights; these settings give the geometry (resize the shorter side, centre-crop a
 square), the channels, the normalisation and the labels.
+
+A batch stays uint8 until the model: the normalisation is the served module's first step (`wrap`),
+so on a GPU a quarter of the bytes cross to the device and the arithmetic runs there; exported
+variants (TorchScript, ONNX) carry it in their graph and take uint8 too.
 """
 
 from __future__ import annotations
@@ -33,20 +37,18 @@ class ImageClassifier(Family):
     def __init__(self, settings: ImageSettings, model_dir: Path, channels_last: bool = False) -> None:
         super().__init__(settings, model_dir, channels_last)
         self.labels = load_labels(model_dir / settings.labels) if settings.labels else None
-        shape = (1, -1, 1, 1)
-        self.mean = torch.tensor(settings.mean, dtype=torch.float32).reshape(shape)
-        self.std = torch.tensor(settings.std, dtype=torch.float32).reshape(shape)
 
     def decode(self, body, content_type: str) -> np.ndarray:
         return decode_image(body, self.settings)
 
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return Normalised(model, self.settings.mean, self.settings.std)
+
     def collate(self, items: Sequence[np.ndarray]) -> torch.Tensor:
         # NHWC uint8 -> an NCHW view whose memory is channels_last already (made contiguous NCHW
-        # while still uint8, when the model runs in that layout); normalised as one batch.
+        # while still uint8, when the model runs in that layout).
         batch = torch.from_numpy(np.stack(items)).permute(0, 3, 1, 2)
-        if not self.channels_last:
-            batch = batch.contiguous()
-        return batch.float().sub_(self.mean).div_(self.std)
+        return batch if self.channels_last else batch.contiguous()
 
     def postprocess(self, outputs: torch.Tensor, inputs) -> list[dict]:
         return top_k(outputs, class_names(self.labels, outputs.shape[-1], self.name), self.settings.top_k)
@@ -70,3 +72,19 @@ class ImageClassifier(Family):
     @classmethod
     def disagreement(cls, settings: ImageSettings, one, other) -> Optional[str]:
         return top_k_disagreement(one, other)
+
+
+class Normalised(torch.nn.Module):
+    """(pixels - mean) / std, then the classifier: uint8 in, on the model's device and in its layout
+    (the float copy keeps the batch's memory format)."""
+
+    def __init__(self, model: torch.nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.model = model
+        shape = (1, -1, 1, 1)
+        # Not in the state dict: the settings hold them, and an archive's weights stay the model's own.
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).reshape(shape), persistent=False)
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).reshape(shape), persistent=False)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.model(pixels.float().sub(self.mean).div(self.std))

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from handlers import runtime
+from handlers import device
 from tests.device_audit import DeviceMix, virtual_cuda
 from tests.inprocess import make_handler
 from tests.unit.generation_helpers import ids_request, random_engine
@@ -70,7 +70,7 @@ def test_the_generation_engine_places_every_tensor_on_the_models_device():
     expected = generate(random_engine(0), *requests)
     with virtual_cuda():
         engine = random_engine(0)
-        engine.lm.to(runtime.choose_device(0))
+        engine.lm.to(device.place(0, "auto").device)
         engine.device = next(engine.lm.parameters()).device  # what Engine() takes by default
         assert engine.device.type == "cuda"
         assert generate(engine, *requests) == expected

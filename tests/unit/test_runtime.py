@@ -63,10 +63,13 @@ def test_a_reduced_precision_counts_only_where_the_cpu_runs_it_natively(monkeypa
     assert (runtime.cpu_supports(torch.bfloat16), runtime.cpu_supports(torch.float16)) == (bf16, fp16)
 
 
-def test_warm_up_runs_every_batch_size():
+def test_warm_up_runs_the_batch_buckets_not_every_size():
+    from handlers.device import batch_buckets
+
     seen = []
-    runtime.warm_up(seen.append, 4)
-    assert seen == [1, 2, 3, 4]
+    runtime.warm_up(seen.append, batch_buckets(24))
+    assert seen == [1, 2, 4, 8, 16, 24]
+    assert batch_buckets(1) == (1,) and batch_buckets(8) == (1, 2, 4, 8) and batch_buckets(128)[-1] == 128
 
 
 def test_freeze_heap_takes_live_objects_out_of_full_collections():

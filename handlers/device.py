@@ -1,0 +1,185 @@
+"""Where a worker runs, and what running on a GPU asks of the handler.
+
+- `place`: the device from TorchServe's gpu_id and the archive's `runtime.device`, with the reason;
+  a GPU asked for and not usable is said loudly (a warning, the ready line, a metric), never only
+  by a `device=cpu` in passing.
+- `batch_buckets` / `pad_rows`: on a GPU, batches are padded to a few fixed sizes, so cudnn's
+  autotuning, the warm-up and CUDA graphs see those shapes only.
+- `retarget_device_constants`: a TorchScript graph traced on the CPU can hold `cpu` as a constant
+  (transformers' mask code makes tensors on the input's device at trace time); they are moved to
+  the serving device before the first call.
+- `GpuTimer`: CUDA events around the forward, read once post-processing has synchronised anyway,
+  so a stage's GPU time is counted where it belongs without a synchronisation of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from handlers.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+FALLBACK_METRIC = "WorkerDeviceFallback"  # 1 when a worker runs on the CPU although a GPU was meant
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: torch.device
+    reason: str  # for the ready line
+    fallback: bool = False  # a GPU was meant (a gpu_id, or runtime.device: gpu) and is not used
+
+
+def place(gpu_id: Optional[int], wanted: str, cuda_available: Optional[Callable[[], bool]] = None) -> Placement:
+    """TorchServe hands a gpu_id to a worker on a GPU host unless the archive says deviceType: cpu.
+    `cuda_available`: default torch.cuda.is_available."""
+    if wanted == "cpu":
+        note = f"runtime.device: cpu (gpu_id {gpu_id} not used)" if gpu_id is not None else "runtime.device: cpu"
+        return Placement(torch.device("cpu"), note)
+    if gpu_id is None:
+        if wanted == "gpu":
+            return _fallback("runtime.device: gpu, but TorchServe gave this worker no gpu_id (a host without GPUs, "
+                             "or number_of_gpu=0 in config.properties)")
+        return Placement(torch.device("cpu"), "no gpu_id from TorchServe")
+    if not (cuda_available or torch.cuda.is_available)():
+        return _fallback(f"TorchServe gave this worker gpu_id {gpu_id}, but torch {torch.__version__} cannot use CUDA "
+                         f"({'a CPU build' if torch.version.cuda is None else 'no usable driver or device'}): install "
+                         "a CUDA build of torch (make venv TORCH=cuda), or build the archive with runtime.device: cpu")
+    return Placement(torch.device("cuda", gpu_id), f"gpu_id {gpu_id}")
+
+
+def _fallback(why: str) -> Placement:
+    log.warning("RUNNING ON THE CPU: %s", why)
+    return Placement(torch.device("cpu"), f"FALLBACK to cpu: {why}", fallback=True)
+
+
+def emit_placement(metrics, model_name: str, placement: Placement) -> None:
+    """WorkerDeviceFallback (0 or 1) through TorchServe's context.metrics, once per worker start."""
+    if metrics is None:
+        return
+    from ts.metrics.dimension import Dimension
+    from ts.metrics.metric_type_enum import MetricTypes
+
+    metrics.add_metric(FALLBACK_METRIC, 1 if placement.fallback else 0, "count",
+                       dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model")],
+                       metric_type=MetricTypes.GAUGE)
+
+
+# ---- batch buckets --------------------------------------------------------------------------
+def batch_buckets(max_batch_size: int) -> tuple[int, ...]:
+    """Powers of two up to the maximum, and the maximum: the batch sizes warmed up (and, on a GPU,
+    formed: a batch is padded up to the next one)."""
+    top = max(1, max_batch_size)
+    sizes = {1 << k for k in range(top.bit_length()) if 1 << k <= top}
+    return tuple(sorted(sizes | {top}))
+
+
+def bucket_for(rows: int, buckets: Sequence[int]) -> int:
+    return next((b for b in buckets if b >= rows), rows)
+
+
+def pad_rows(tensors: tuple[torch.Tensor, ...], rows: int) -> tuple[torch.Tensor, ...]:
+    """Each batch-first tensor padded to `rows` by repeating its last row (a real input: no NaN, no
+    division by a zero mask); the padding's outputs are dropped after the forward."""
+    have = tensors[0].shape[0]
+    if rows <= have:
+        return tensors
+    return tuple(torch.cat([t, t[-1:].expand(rows - have, *t.shape[1:])]) for t in tensors)
+
+
+# ---- TorchScript device constants ------------------------------------------------------------
+def _device_constants(graph) -> list:
+    found = []
+    for node in graph.nodes():
+        if node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType":
+            found.append(node)
+        for block in node.blocks():
+            found.extend(_device_constants(block))
+    return found
+
+
+def device_constants(module: torch.jit.ScriptModule) -> list[str]:
+    """The device constants of every method of every submodule's graph."""
+    return [node.s("value") for graph in _graphs(module) for node in _device_constants(graph)]
+
+
+def retarget_device_constants(module: torch.jit.ScriptModule, device: torch.device) -> int:
+    """Every device constant of the module's graphs set to `device`; returns how many changed.
+    Must run before the module's first call (the executor keeps the plan it makes then)."""
+    changed = 0
+    for graph in _graphs(module):
+        for node in _device_constants(graph):
+            if node.s("value") != str(device):
+                node.s_("value", str(device))
+                changed += 1
+    return changed
+
+
+def _graphs(module: torch.jit.ScriptModule) -> list:
+    graphs = []
+    for sub in module.modules():
+        for name in sub._c._method_names():
+            graphs.append(sub._c._get_method(name).graph)
+    return graphs
+
+
+def load_torchscript(path: str, device: torch.device) -> torch.jit.ScriptModule:
+    """An archive's TorchScript on the serving device, device constants included."""
+    module = torch.jit.load(path, map_location=device).eval()
+    if device.type != "cpu":
+        moved = retarget_device_constants(module, device)
+        if moved:
+            log.info("moved %d device constant(s) of the TorchScript graph to %s", moved, device)
+    return module
+
+
+# ---- GPU timing and memory -------------------------------------------------------------------
+class GpuTimer:
+    """CUDA events around a forward pass; `elapsed_ms` is read after the outputs were copied to the
+    host (which waited for the kernels), so reading it adds no synchronisation."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.enabled = device.type == "cuda"
+        self.start = torch.cuda.Event(enable_timing=True) if self.enabled else None
+        self.end = torch.cuda.Event(enable_timing=True) if self.enabled else None
+
+    def __enter__(self) -> GpuTimer:
+        if self.enabled:
+            self.start.record()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.end.record()
+
+    def elapsed_ms(self) -> Optional[float]:
+        return self.start.elapsed_time(self.end) if self.enabled else None
+
+
+def gpu_memory_mib(device: torch.device) -> dict[str, float]:
+    """Allocated, reserved and peak allocated MiB on the device (no synchronisation)."""
+    if device.type != "cuda":
+        return {}
+    mib = 2.0 ** 20
+    return {"GPUMemoryAllocatedMiB": torch.cuda.memory_allocated(device) / mib,
+            "GPUMemoryReservedMiB": torch.cuda.memory_reserved(device) / mib,
+            "GPUMemoryPeakMiB": torch.cuda.max_memory_allocated(device) / mib}
+
+
+def check_onnx_provider(device: torch.device) -> str:
+    """The ONNX Runtime execution provider for the device, or a ConfigError naming the fix."""
+    if device.type == "cpu":
+        return "CPUExecutionProvider"
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        return "CUDAExecutionProvider"
+    raise ConfigError(f"runtime.graph: onnx on {device} needs ONNX Runtime's CUDA provider, and the installed "
+                      f"onnxruntime has {onnxruntime.get_available_providers()}: install onnxruntime-gpu in place of "
+                      "onnxruntime, or serve a torchscript or eager variant on the GPU (the build gives ONNX "
+                      "archives deviceType: cpu unless runtime.device says gpu)")
