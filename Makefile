@@ -6,7 +6,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 TS     := $(VENV)/bin/torchserve
-STAMP  := $(VENV)/.requirements.stamp
+# TORCH=cuda: torch's CUDA build (requirements/cuda.txt) in place of the CPU one, for a GPU host.
+TORCH  ?= cpu
+STAMP  := $(VENV)/.requirements.$(TORCH).stamp
 ARGS   ?=
 
 .PHONY: help lock retrain venv java-check lint build build-serving serve stop test test-all test-unit test-archives test-e2e bench bench-inprocess tune reliability deploy plan clean
@@ -33,17 +35,21 @@ help:
 	@echo "make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]  replicas -> deploy/k8s/hpa.yaml"
 	@echo "make retrain [SCRIPT=models/tinylm/train.py]  train the demo models again and ship models/*/trained/"
 	@echo "make venv       (re)install .venv when a lock changes (requirements/*.txt);  make lock: the locks from requirements/*.in;  make clean"
+	@echo "make venv TORCH=cuda  the same with torch's CUDA build (a GPU host)"
 
 # The stamp is newer than both locks once they are installed. requirements/dev.txt locks the dev set
 # (tests, tools), which includes the build, serving and Java sets; nodeps.txt holds what goes in with
 # --no-deps. Every line carries its hashes (--require-hashes). pip's wheel sources come from pip.conf
 # (here a local torch CPU wheel folder): no index URLs in the locks.
-LOCKS := requirements/dev.txt requirements/nodeps.txt
+LOCKS := requirements/dev.txt requirements/nodeps.txt $(if $(filter cuda,$(TORCH)),requirements/cuda.txt)
 $(STAMP): $(LOCKS)
+	@case "$(TORCH)" in cpu|cuda) ;; *) echo "TORCH=$(TORCH): cpu (default) or cuda" >&2; exit 1;; esac
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or make PYTHON=/path/to/python3.11)" >&2; exit 1; }
 	@test -x $(PY) || { echo "+ $(PYTHON) -m venv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@rm -f $(VENV)/.requirements*.stamp
 	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.txt
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/nodeps.txt
+	$(if $(filter cuda,$(TORCH)),$(PY) -m pip install --quiet --require-hashes -r requirements/cuda.txt)
 	@touch $@
 
 venv: $(STAMP)
@@ -157,6 +163,8 @@ plan: $(STAMP)
 # brings PyPA's `build`, which must not shadow build/ in .venv). Pins already in a lock are kept;
 # UPGRADE=1 takes the newest that the .in files allow. dev.txt is solved first and constrains the
 # others, so a package has one version in every role. nodeps.in's wheels are hashed as downloaded.
+# The CUDA locks cannot take dev.txt's torch: their other pins are the ones dev.txt holds (a test
+# checks it); fast-deps reads a wheel's metadata without downloading the GBs of CUDA wheels.
 LOCK_VENV := .venv-lock
 COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
   --no-emit-find-links --annotation-style=line $(if $(UPGRADE),--upgrade)
@@ -166,6 +174,8 @@ lock:
 	$(COMPILE) -o requirements/dev.txt requirements/dev.in
 	@for role in serve java build; do echo "+ pip-compile requirements/$$role.in"; \
 	  $(COMPILE) -c requirements/dev.txt -o requirements/$$role.txt requirements/$$role.in || exit 1; done
+	@for role in cuda serve-cuda; do echo "+ pip-compile requirements/$$role.in (torch's CUDA build)"; \
+	  $(COMPILE) --pip-args "--use-feature=fast-deps" -o requirements/$$role.txt requirements/$$role.in || exit 1; done
 	$(COMPILE) -o requirements/tools.txt requirements/tools.in
 	@scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT \
 	 && $(LOCK_VENV)/bin/pip download --quiet --no-deps --only-binary=:all: -d "$$scratch" -r requirements/nodeps.in \

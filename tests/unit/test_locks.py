@@ -22,7 +22,8 @@ pytestmark = pytest.mark.unit
 
 REQUIREMENTS = REPO_ROOT / "requirements"
 # role -> the .in its lock is compiled from (nodeps.txt is hashed as downloaded: no dependencies).
-ROLES = ("serve", "java", "build", "dev", "tools")
+ROLES = ("serve", "java", "build", "dev", "tools", "cuda", "serve-cuda")
+CUDA_ROLES = ("cuda", "serve-cuda")  # torch's CUDA build: their torch differs from the CPU locks' only
 _LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
@@ -70,32 +71,37 @@ def lock(role: str) -> dict[str, Locked]:
 
 
 @cache
-def wanted(filename: str) -> dict[str, tuple[Requirement, str]]:
-    """name -> (requirement, the .in that asks for it), following `-r other.in`."""
-    found: dict[str, tuple[Requirement, str]] = {}
+def wanted(filename: str) -> dict[str, tuple[tuple[Requirement, str], ...]]:
+    """name -> each (requirement, the .in that asks for it), following `-r other.in`."""
+    found: dict[str, tuple[tuple[Requirement, str], ...]] = {}
     for raw in (REQUIREMENTS / filename).read_text(encoding="utf-8").splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         if line.startswith("-r "):
-            found.update(wanted(line[3:].strip()))
+            for name, asks in wanted(line[3:].strip()).items():
+                found[name] = found.get(name, ()) + asks
             continue
         requirement = Requirement(line)
-        found[normalised(requirement.name)] = (requirement, f"requirements/{filename}")
+        name = normalised(requirement.name)
+        found[name] = found.get(name, ()) + ((requirement, f"requirements/{filename}"),)
     return found
 
 
 def stale(role: str, entries: dict[str, Locked]) -> list[str]:
     """Why requirements/<role>.txt is not what `make lock` would write from <role>.in (empty: current)."""
     asked = wanted(f"{role}.in")
-    problems = [f"{name}: {req} in {where}, not locked" for name, (req, where) in asked.items() if name not in entries]
-    problems += [f"{name}: {req} in {where}, locked {entries[name].version}" for name, (req, where) in asked.items()
+    problems = [f"{name}: {req} in {where}, not locked" for name, asks in asked.items() for req, where in asks
+                if name not in entries]
+    problems += [f"{name}: {req} in {where}, locked {entries[name].version}" for name, asks in asked.items()
+                 for req, where in asks
                  if name in entries and not req.specifier.contains(entries[name].version, prereleases=True)]
     for name, entry in entries.items():
         reasons = [r for r in entry.via if not r.startswith("-c ")]
         asked_here = [r for r in reasons if r.startswith("-r ")]
         needed_by = [r for r in reasons if not r.startswith("-") and normalised(r) in entries]
-        if any(name not in asked or asked[name][1] != r.removeprefix("-r ") for r in asked_here):
+        files = {where for _, where in asked.get(name, ())}
+        if any(r.removeprefix("-r ") not in files for r in asked_here):
             problems.append(f"{name}: locked as asked for by {', '.join(asked_here)}, which no longer asks for it")
         elif not asked_here and not needed_by:
             problems.append(f"{name}: locked, but neither an .in nor a locked package needs it ({entry.via})")
@@ -129,17 +135,25 @@ def test_every_locked_file_has_a_hash(role):
 
 
 def test_the_nodeps_lock_holds_exactly_its_in_file():
-    asked = {name: req for name, (req, _) in wanted("nodeps.in").items()}
+    asked = {name: asks[0][0] for name, asks in wanted("nodeps.in").items()}
     assert set(lock("nodeps")) == set(asked)
     assert all(asked[name].specifier.contains(entry.version) for name, entry in lock("nodeps").items())
 
 
 def test_a_package_has_one_version_in_every_role():
     versions: dict[str, set[str]] = {}
-    for role in ("serve", "java", "build", "dev"):
+    for role in ("serve", "java", "build", "dev", *CUDA_ROLES):
         for name, entry in lock(role).items():
-            versions.setdefault(name, set()).add(entry.version)
+            if not (name == "torch" and role in CUDA_ROLES):
+                versions.setdefault(name, set()).add(entry.version)
     assert not {name: v for name, v in versions.items() if len(v) > 1}
+
+
+def test_the_cuda_locks_hold_torchs_cuda_build_of_the_same_release():
+    cpu, cuda = lock("serve")["torch"].version, lock("cuda")["torch"].version
+    assert cpu == "2.13.0+cpu" and cuda == "2.13.0" == lock("serve-cuda")["torch"].version
+    assert any(name.startswith("nvidia-") for name in lock("cuda"))
+    assert set(lock("serve")) <= set(lock("serve-cuda"))
 
 
 def test_the_roles_nest_and_the_serve_lock_carries_one_java_at_most():
@@ -151,8 +165,12 @@ def test_the_roles_nest_and_the_serve_lock_carries_one_java_at_most():
 
 
 def test_this_environment_has_the_dev_lock():
+    """make venv's (with TORCH=cuda: the CUDA lock's torch and what it brings)."""
+    wanted = {**lock("dev"), **lock("nodeps")}
+    if "+" not in importlib.metadata.version("torch"):
+        wanted.update(lock("cuda"))
     mismatched = {}
-    for name, entry in {**lock("dev"), **lock("nodeps")}.items():
+    for name, entry in wanted.items():
         try:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
