@@ -31,7 +31,8 @@ help:
 	@echo "make bench MODEL=<name> [ARGS='--window-s 3 ...']  ours vs stock baseline vs in-process limit (benchmarks/reports/)"
 	@echo "make reliability  bad input, worker kill, broken archives, overload, short soak, auth: one table"
 	@echo "                [ARGS=\"--soak-minutes 10\"]  (python -m benchmarks.reliability --help)"
-	@echo "make deploy [RATE=<req/s>]  deploy/: Dockerfile, Kubernetes and KServe manifests from the tuned mix, validated"
+	@echo "make deploy [RATE=<req/s>] [GPU=1]  deploy/: Dockerfile, Kubernetes and KServe manifests from the tuned mix,"
+	@echo "                validated; GPU=1: torch's CUDA build, nvidia.com/gpu per replica, number_of_gpu"
 	@echo "make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]  replicas -> deploy/k8s/hpa.yaml"
 	@echo "make retrain [SCRIPT=models/tinylm/train.py]  train the demo models again and ship models/*/trained/"
 	@echo "make venv       (re)install .venv when a lock changes (requirements/*.txt);  make lock: the locks from requirements/*.in;  make clean"
@@ -149,7 +150,8 @@ reliability: build java-check
 
 # deploy/ (git-ignored) from config.properties and its mix record (python -m deployment --help):
 # written, then validated offline against the Kubernetes schemas. Without RATE: one replica.
-DEPLOY_ARGS = $(if $(RATE),--rate $(RATE)) $(if $(MIX),--mix $(MIX)) $(if $(HEADROOM),--headroom $(HEADROOM))
+DEPLOY_ARGS = $(if $(RATE),--rate $(RATE)) $(if $(MIX),--mix $(MIX)) $(if $(HEADROOM),--headroom $(HEADROOM)) \
+  $(if $(GPU),--gpus $(GPU))
 deploy: build
 	$(PY) -m deployment $(DEPLOY_ARGS)
 

@@ -32,6 +32,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--plan", action="store_true",
                    help="print the plan and rewrite only k8s/hpa.yaml (everything when the folder is absent)")
     p.add_argument("--check", action="store_true", help="only validate the folder's manifests (no writing)")
+    p.add_argument("--gpus", type=int, default=0,
+                   help="GPUs per replica: torch's CUDA build in the image, nvidia.com/gpu in the manifests, "
+                        "number_of_gpu in its config.properties (default: 0, a CPU image)")
     return p.parse_args(argv)
 
 
@@ -41,9 +44,10 @@ def relative(out: Path) -> str:
     return str(out.relative_to(REPO_ROOT)) if out.is_relative_to(REPO_ROOT) else str(out)
 
 
-def generate(repo: Path, config: Path, out: Path, options: plan.PlanOptions, hpa_only: bool = False) -> plan.Plan:
+def generate(repo: Path, config: Path, out: Path, options: plan.PlanOptions, hpa_only: bool = False,
+             gpus: int = 0) -> plan.Plan:
     """Read the inputs once, plan, write deploy/ (or just its HPA). Returns the plan."""
-    found = inputs.load(repo, config)
+    found = inputs.load(repo, config, gpus)
     sized = plan.make_plan(found.mix, options)
     say(sized.explain(found.mix))
     if hpa_only and (out / "k8s").is_dir():
@@ -64,7 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.check:
             options = plan.PlanOptions(rate_rps=args.rate, headroom=args.headroom,
                                        mix=None if args.mix is None else plan.parse_mix(args.mix))
-            generate(REPO_ROOT, args.config, args.out, options, hpa_only=args.plan)
+            generate(REPO_ROOT, args.config, args.out, options, hpa_only=args.plan, gpus=args.gpus)
         validate.check(args.out, say)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -16,6 +16,11 @@ from serving.ts_config import format_models
 BASE_IMAGE = "python:3.11-slim-bookworm"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 SERVE_LOCK = "requirements/serve.txt"  # make lock; the image installs nothing else
+GPU_SERVE_LOCK = "requirements/serve-cuda.txt"  # the same with torch's CUDA build (PyPI's torch is CUDA)
+
+
+def serve_lock(inputs: Inputs) -> str:
+    return GPU_SERVE_LOCK if inputs.gpus else SERVE_LOCK
 # PID 1 ignores signals it has no handler for: `torchserve --foreground` (Python) as PID 1 would
 # never see the kubelet's SIGTERM. tini forwards it to the whole process group (-g), JVM included.
 INIT = ("tini", "-g", "--")
@@ -40,6 +45,9 @@ def server_properties(inputs: Inputs, layout: Layout, extra: Mapping[str, str] =
         metrics_address=f"http://0.0.0.0:{ports.metrics}",
         grpc_inference_port=str(ports.grpc_inference),
         grpc_management_port=str(ports.grpc_management),
+        # The GPUs a replica gets (TorchServe's default: every visible one); 0 keeps a CPU image's
+        # workers off a GPU the pod might see.
+        number_of_gpu=str(inputs.gpus),
         # Token auth on and the model API off, whatever the source file says: a pod is reachable
         # by everything in the cluster network.
         disable_token_authorization="false",
@@ -72,6 +80,18 @@ def _copy_line(sources: tuple[str, ...], dest: str) -> str:
     return "COPY " + " ".join(sources) + f" {dest}"
 
 
+def _install_lines(inputs: Inputs) -> list[str]:
+    lock = Path(serve_lock(inputs)).name
+    if inputs.gpus:
+        return ["# The serve lock with torch's CUDA build (its CUDA libraries come as wheels: the node needs the",
+                "# NVIDIA driver and container toolkit only), every file checked against its hash; no second Java.",
+                f"RUN pip install --require-hashes -r /tmp/requirements/{lock} \\"]
+    return ["# The serve lock only (no build, test or tool packages, no second Java), every file checked against",
+            "# its hash, with the versions of the repository's venv (make venv). torch 2.13.0+cpu comes from",
+            f"# PyTorch's CPU index ({TORCH_CPU_INDEX}), so pip never picks a CUDA build.",
+            f"RUN pip install --require-hashes --extra-index-url {TORCH_CPU_INDEX} -r /tmp/requirements/{lock} \\"]
+
+
 def dockerfile(inputs: Inputs, deploy_rel: str) -> str:
     archives = tuple(f"model_store/{p.name}" for p in inputs.archives.values())
     entry = json.dumps([*INIT, *torchserve_argv(IMAGE)])
@@ -86,11 +106,8 @@ def dockerfile(inputs: Inputs, deploy_rel: str) -> str:
         " && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini \\",
         " && rm -rf /var/lib/apt/lists/*",
         "ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1",
-        f"COPY {SERVE_LOCK} /tmp/requirements/",
-        "# The serve lock only (no build, test or tool packages, no second Java), every file checked against",
-        "# its hash, with the versions of the repository's venv (make venv). torch 2.13.0+cpu comes from",
-        f"# PyTorch's CPU index ({TORCH_CPU_INDEX}), so pip never picks a CUDA build.",
-        f"RUN pip install --require-hashes --extra-index-url {TORCH_CPU_INDEX} -r /tmp/requirements/serve.txt \\",
+        f"COPY {serve_lock(inputs)} /tmp/requirements/",
+        *_install_lines(inputs),
         " && rm -rf /tmp/requirements",
         f"RUN useradd --create-home --home-dir {HOME} --uid {UID} --user-group {USER}",
         "# Read-only for the server (owned by root); the working directory is the user's: TorchServe",
@@ -111,7 +128,7 @@ def dockerfile(inputs: Inputs, deploy_rel: str) -> str:
 
 
 def dockerignore(inputs: Inputs, deploy_rel: str) -> str:
-    keep = [SERVE_LOCK, "log4j2.xml", f"{deploy_rel}/image",
+    keep = [serve_lock(inputs), "log4j2.xml", f"{deploy_rel}/image",
             *(f"model_store/{p.name}" for p in inputs.archives.values())]
     return "\n".join(["# Only what the Dockerfile copies: the context is the repository (.venv, reports: GBs).",
                       "*", *(f"!{k}" for k in keep), ""])

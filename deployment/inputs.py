@@ -23,6 +23,7 @@ class Inputs:
     mix: MixRecord
     entries: tuple[ModelEntry, ...]  # models= entries of the mix's models, in the record's order
     archives: Mapping[str, Path]  # model name -> its built .mar
+    gpus: int = 0  # GPUs per replica (make deploy GPU=1): torch's CUDA build, nvidia.com/gpu, number_of_gpu
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -39,7 +40,7 @@ def _check_entry(path: Path, entry: ModelEntry, mix: MixRecord) -> None:
                           f"the record's capacity holds for its own values only: re-tune ({TUNE_FIX})")
 
 
-def load(repo: Path, config_path: Path) -> Inputs:
+def load(repo: Path, config_path: Path, gpus: int = 0) -> Inputs:
     try:
         config = ServerConfig.load(config_path)
         mix = read_mix(config_path)
@@ -63,4 +64,6 @@ def load(repo: Path, config_path: Path) -> Inputs:
     absent = [str(p) for p in archives.values() if not p.is_file()]
     if absent:
         raise DeployError(f"archives missing: {', '.join(absent)} (build them: make build)")
-    return Inputs(repo=repo, config=config, mix=mix, entries=entries, archives=archives)
+    if gpus < 0:
+        raise DeployError(f"--gpus: 0 (a CPU image) or more GPUs per replica, got {gpus}")
+    return Inputs(repo=repo, config=config, mix=mix, entries=entries, archives=archives, gpus=gpus)

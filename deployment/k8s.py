@@ -41,6 +41,8 @@ def resources(inputs: Inputs) -> dict[str, dict[str, str]]:
     manager the pod gets exclusive cores, which is what the thread plan (workers x threads = cores)
     was measured on. A CPU limit below the budget would throttle every worker."""
     amount = {"cpu": str(inputs.mix.cores), "memory": f"{memory_mib(inputs)}Mi"}
+    if inputs.gpus:  # an extended resource: requests, when given, must equal limits
+        amount["nvidia.com/gpu"] = str(inputs.gpus)
     return {"requests": dict(amount), "limits": dict(amount)}
 
 

@@ -60,6 +60,29 @@ def test_generated_files_validate(fake_repo: Path, tmp_path: Path) -> None:
     assert "REPLACE_ME" in (out / "k8s/secret.yaml").read_text()
 
 
+def test_a_gpu_deployment_asks_for_the_gpu_everywhere_it_is_decided(fake_repo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "deploy"
+    cli.generate(fake_repo, fake_repo / "config.properties", out, PlanOptions(), gpus=1)
+    validate.check(out, progress=lambda _: None)
+    docker = (out / "Dockerfile").read_text()
+    assert "COPY requirements/serve-cuda.txt /tmp/requirements/" in docker
+    assert "pip install --require-hashes -r /tmp/requirements/serve-cuda.txt" in docker
+    assert "download.pytorch.org" not in docker  # PyPI's torch is the CUDA build
+    assert "!requirements/serve-cuda.txt" in (out / "Dockerfile.dockerignore").read_text().splitlines()
+    deployment = next(d for d in yaml.safe_load_all((out / "k8s" / "deployment.yaml").read_text())
+                      if d and d.get("kind") == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1" == container["resources"]["requests"]["nvidia.com/gpu"]
+    isvc = yaml.safe_load((out / "kserve" / "inferenceservice.yaml").read_text())
+    assert isvc["spec"]["predictor"]["model"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    for config in (out / "image" / "config.properties", out / "kserve" / "model-root" / "config" / "config.properties"):
+        assert "number_of_gpu=1" in config.read_text().splitlines(), config
+    cpu = tmp_path / "cpu"
+    generate(fake_repo, cpu)
+    assert "number_of_gpu=0" in (cpu / "image" / "config.properties").read_text().splitlines()
+    assert "nvidia.com/gpu" not in (cpu / "k8s" / "deployment.yaml").read_text()
+
+
 @pytest.mark.parametrize("path, before, after, where", [
     ("k8s/deployment.yaml", "periodSeconds: 20", "periodSecond: 20", "livenessProbe"),
     ("k8s/hpa.yaml", "minReplicas:", "minReplica:", "spec"),
