@@ -13,7 +13,7 @@ from build.examples import Request, worker_input
 from build.export import served_settings
 from handlers.families import family_class
 from serving.errors import BenchmarkError
-from serving.repo import CATALOGUE, REPO_ROOT
+from serving.repo import CATALOGUE
 
 # Colour photographs of real scenes.
 PHOTO_FILES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "retina.jpg")
@@ -25,7 +25,8 @@ def requests(model: str, catalogue: Path = CATALOGUE) -> tuple[Request, ...]:
     none, its family's example inputs (Family.example_inputs)."""
     entry = Catalogue.load(catalogue).entry(model)
     if entry.examples:
-        return tuple(example.request(REPO_ROOT) for example in entry.examples)
+        # Paths in a catalogue are relative to its folder (the repository's, for catalogue.yaml).
+        return tuple(example.request(Path(catalogue).resolve().parent) for example in entry.examples)
     found = family_class(entry.family).example_inputs(served_settings(entry).family_settings)
     if not found:
         raise BenchmarkError(f"model {model!r} has no examples and its family {entry.family!r} gives none: add "

@@ -1,0 +1,60 @@
+"""The device check (python -m benchmarks.bench.device_check) on the tiny models: packed for a
+device machine with their weights dropped, then run on the CPU and on a virtual cuda:0
+(tests/device_audit.py), so a tensor on the wrong side fails it here. Its report is complete, every
+agreement holds (the virtual device is the CPU underneath), and a budget too small names what it
+left out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.bench import device_check
+from tests.device_audit import virtual_cuda
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def pack(tiny_catalogue, tiny_dirs, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pack") / "pack"
+    store = tiny_catalogue.parent.parent / "store"
+    assert device_check.main(["--catalogue", str(tiny_catalogue), "--store", str(store), "--pack", str(folder),
+                              "--max-weights-mib", "0"]) == 0
+    return folder
+
+
+def run(tiny_catalogue, pack, out, *more) -> dict:
+    with virtual_cuda():
+        code = device_check.main(["--catalogue", str(tiny_catalogue), "--from-pack", str(pack), "--devices", "cpu,cuda",
+                                  "--batch-sizes", "1,4", "--seconds", "0.05", "--streams", "3", "--out", str(out),
+                                  *more])
+    assert code == 0
+    (folder,) = list(out.iterdir())
+    assert {p.name for p in folder.iterdir()} >= {"report.json", "report.md"}
+    return json.loads((folder / "report.json").read_text())
+
+
+def test_every_family_on_both_devices_agrees_and_is_timed(tiny_catalogue, pack, tmp_path):
+    assert (pack / "tiny_text" / device_check.RANDOM_WEIGHTS).is_file()
+    report = run(tiny_catalogue, pack, tmp_path)
+    assert (next(tmp_path.iterdir()) / "throughput.png").stat().st_size > 0
+    assert report["budget"]["left_out"] == []
+    families = {r["family"] for r in report["results"]}
+    assert families == {"image_classifier", "text_embedder", "tensor", "quantile_forecaster", "causal_lm"}
+    for result in report["results"]:
+        assert {a["device"] for a in result["agreement"]} == {"cpu", "cuda"}, result["model"]
+        assert all(a["passed"] is not False for a in result["agreement"]), result["agreement"]
+        assert all(a["passed"] for a in result["agreement"] if a["precision"] == "fp32"), result["agreement"]
+        assert {r["device"] for r in result["rows"]} == {"cpu", "cuda"}
+    image = next(r for r in report["results"] if r["family"] == "image_classifier")
+    assert {(r["precision"], r["batch_size"]) for r in image["rows"] if r["device"] == "cuda"} == {
+        ("fp32", 1), ("fp32", 4), ("bf16", 1), ("bf16", 4)}
+    assert all(r["handler_items_per_s"] > 0 and r["bare_items_per_s"] > 0 for r in image["rows"])
+    assert any(t["what"] == "tokens/s cuda/cpu" and t["measured"] for t in report["targets"])
+
+
+def test_a_budget_too_small_names_what_it_left_out(tiny_catalogue, pack, tmp_path):
+    report = run(tiny_catalogue, pack, tmp_path, "--budget-min", "0.01", "--model", "tiny_image")
+    assert report["budget"]["left_out"] and report["budget"]["left_out"][0].startswith("tiny_image on cpu fp32")
