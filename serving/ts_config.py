@@ -151,6 +151,17 @@ def format_models(entries: tuple[ModelEntry, ...]) -> str:
     return json.dumps({e.name: e.to_json() for e in entries}, separators=(", ", ": "))
 
 
+DEVICES = ("cpu", "cuda")
+
+
+def device_properties(device: str) -> dict[str, str]:
+    """config.properties for a server whose workers run on `device`: one GPU (its gpu_id 0), or none
+    at all, so that a CPU measurement on a GPU host hands no worker a GPU."""
+    if device not in DEVICES:
+        raise ValueError(f"device {device!r}: one of {', '.join(DEVICES)}")
+    return {"number_of_gpu": "1" if device == "cuda" else "0"}
+
+
 def archive_model_name(archive: Path) -> str:
     """The model name an archive registers under (its manifest's), whatever its file is called."""
     import zipfile

@@ -46,7 +46,7 @@ from serving.repo import (
     REPO_ROOT,
     shown,
 )
-from serving.ts_config import ModelSettings
+from serving.ts_config import ModelSettings, device_properties
 
 # The benchmark reads /metrics: Prometheus format, and our handlers' counters picked up unannounced.
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
@@ -103,7 +103,7 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
     me = resources.ProcessGroups({resources.GENERATOR: [os.getpid()]})
     for attempt in (1, 2):
         before = me.read()
-        row = run_variant(cfg.model, model_dir, {}, cfg.settings.batch_size, threads, cfg.inprocess_s)
+        row = run_variant(cfg.model, model_dir, {}, cfg.settings.batch_size, threads, cfg.inprocess_s, cfg.device)
         others = resources.usage(before, me.read())[resources.OTHERS].cpu_pct
         progress(f"[in-process] {row.items_per_s:.1f} items/s (other processes: {others:.0f}% of a core)")
         if attempt == 2 or cfg.plan.wait_quiet_s <= 0 or others <= resources.NOISY_OTHERS_PCT:
@@ -111,7 +111,7 @@ def inprocess_limit(cfg: BenchConfig, threads: int, tmp: Path) -> dict:
         progress("[in-process] other processes were busy: measuring again when quiet")
         resources.wait_for_quiet(cfg.plan.wait_quiet_s, progress)
     # One request alone: what a request on an idle server cannot go below (benchmarks/bench/targets.py).
-    single = run_variant(cfg.model, model_dir, {}, 1, threads, min(cfg.inprocess_s, 5.0))
+    single = run_variant(cfg.model, model_dir, {}, 1, threads, min(cfg.inprocess_s, 5.0), cfg.device)
     progress(f"[in-process] batch 1: {1000.0 / single.items_per_s:.2f} ms")
     # One process per worker, each on its own cores: the served ceiling is the workers' sum.
     workers = cfg.settings.min_workers
@@ -136,7 +136,8 @@ def run_ours(cfg: BenchConfig, store: Path, variant: Optional[str] = None, label
                              "(model_store/build_report.md)")
     progress(f"[{label}] starting TorchServe: {cfg.settings}, archive {archive}")
     with TorchServe(store, base_config=cfg.base_config, models={cfg.model: cfg.settings}, load=(cfg.model,),
-                    archives={cfg.model: archive}, extra_properties=METRICS_PROPERTIES) as ts:
+                    archives={cfg.model: archive},
+                    extra_properties={**METRICS_PROPERTIES, **device_properties(cfg.device)}) as ts:
         return run_server(label, ts, cfg.model, cfg.plan, progress, budget)
 
 
@@ -207,7 +208,7 @@ def run(cfg: BenchConfig) -> Path:
     configuration = {
         "model": cfg.model, "base_config": shown(cfg.base_config), "slo_ms": cfg.slo_ms, "smoke": cfg.smoke,
         "ours": {**asdict(cfg.settings), "threads_requested": cfg.threads, "threads_resolved": threads,
-                 "variant": cfg.variant},
+                 "variant": cfg.variant, "device": cfg.device},
         "compared_variants": list(cfg.compare),
         "stock": {"handler": "benchmarks/bench/baseline (eager fp32, per-request PIL/tokenizer, pad to 128)",
                   "properties": STOCK_PROPERTIES.strip(), "workers_requested": cfg.stock_workers,

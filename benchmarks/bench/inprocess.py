@@ -140,18 +140,20 @@ def measure(handler, context, requests: Sequence[tuple[Any, str]], batch_size: i
 
 
 def run_variant(model: str, model_dir: Path, overrides: dict, batch_size: int, threads: int,
-                seconds: float) -> Measurement:
+                seconds: float, device: str = "cpu") -> Measurement:
+    """`device`: cuda runs the handler as a worker handed gpu_id 0."""
     from serving.fake_context import FakeContext
 
     overrides = {**overrides, "runtime": {**overrides.get("runtime", {}), "threads": threads, "warmup": False}}
-    context = FakeContext(model_dir, model, batch_size=batch_size, handler_overrides=overrides)
+    context = FakeContext(model_dir, model, batch_size=batch_size, handler_overrides=overrides,
+                          gpu_id=0 if device == "cuda" else None)
     handler = Handler()
     handler.initialize(context)
     return measure(handler, context, worker_requests(model), batch_size, seconds)
 
 
 def run(models: list[str], batch_sizes: Sequence[int], threads: int, seconds: float, only: Optional[list[str]] = None,
-        progress=print) -> dict[str, list[Measurement]]:
+        progress=print, device: str = "cpu") -> dict[str, list[Measurement]]:
     """Every setting of every model at every batch size, in this one process (so the ratios compare)."""
     results: dict[str, list[Measurement]] = {}
     with tempfile.TemporaryDirectory(prefix="inprocess-") as tmp:
@@ -166,7 +168,7 @@ def run(models: list[str], batch_sizes: Sequence[int], threads: int, seconds: fl
                     continue
                 for batch_size in batch_sizes:
                     progress(f"  {model}: {setting.name}, batch {batch_size} ...")
-                    row = run_variant(model, model_dir, setting.overrides, batch_size, threads, seconds)
+                    row = run_variant(model, model_dir, setting.overrides, batch_size, threads, seconds, device)
                     row.variant, row.gate = setting.name, gate
                     row.ratio_to_default = 1.0 if setting.default else None
                     rows.append(row)
@@ -189,6 +191,7 @@ def write_report(results: dict[str, list[Measurement]], args: argparse.Namespace
     report = {
         "command": " ".join(["python", "-m", "benchmarks.bench.inprocess", *sys.argv[1:]]),
         "batch_sizes": args.batch_size, "threads": args.threads, "seconds_per_variant": args.seconds,
+        "device": getattr(args, "device", "cpu"),
         "environment": describe_environment(),
         "results": {model: [asdict(row) for row in rows] for model, rows in results.items()},
     }
@@ -253,10 +256,12 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, action="append", help="repeatable; default: 1 and 8")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (a worker's budget; default 1)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured time per variant")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: as a worker handed gpu_id 0")
     args = parser.parse_args(argv)
     args.batch_size = args.batch_size or [1, 8]
     try:
-        results = run(args.model or list(Catalogue.load(CATALOGUE).names_of(generating=False)), args.batch_size, args.threads, args.seconds)
+        results = run(args.model or list(Catalogue.load(CATALOGUE).names_of(generating=False)), args.batch_size,
+                      args.threads, args.seconds, device=args.device)
     except (BenchmarkError, BuildError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

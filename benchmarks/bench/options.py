@@ -40,6 +40,7 @@ class BenchConfig:
     smoke: bool
     command: str
     budget_s: Optional[float] = None  # the whole run's time budget (None: none)
+    device: str = "cpu"  # where ours' workers and the in-process limit run (cuda: one GPU)
 
 
 def _numbers(kind):
@@ -114,6 +115,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stock-workers", type=int, help="stock workers (default: TorchServe's own, one per CPU)")
     g.add_argument("--ceiling", action="store_true",
                    help="also measure the no-op handler's ceiling (batch 1, 8 and ours) and the breakdown against it")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where our workers and the in-process limit run: cuda gives them one GPU (number_of_gpu=1); "
+                        "cpu keeps every worker off a GPU the host has (default: %(default)s)")
     p.add_argument("--budget-min", type=float, default=10.0,
                    help="time budget of the whole run, minutes: a point that would not end within it is not started, "
                         "and the report says what was not measured (0: no budget; default: %(default)s)")
@@ -203,5 +207,5 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         compare=tuple(v for v in dict.fromkeys(args.compare_variant) if v != variant),
         out=args.out, smoke=args.smoke,
         command=shlex.join([".venv/bin/python", "-m", "benchmarks.bench", *argv]),
-        budget_s=60.0 * args.budget_min if args.budget_min else None,
+        budget_s=60.0 * args.budget_min if args.budget_min else None, device=args.device,
     )

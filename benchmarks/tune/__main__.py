@@ -78,7 +78,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=REPORTS, help="reports folder")
     p.add_argument("--resume", type=Path, metavar="FOLDER", help="resume an interrupted run (its options are reused)")
     g = p.add_argument_group("space")
-    g.add_argument("--space", default="full", choices=("full", "reduced", "tiny"))
+    g.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where the workers run: cuda tunes for one GPU (the gpu space, unless --space says)")
+    g.add_argument("--space", default=None, choices=("full", "gpu", "reduced", "tiny"),
+                   help="default: full on cpu, gpu on cuda")
     g.add_argument("--workers", type=_ints, help="e.g. 1,2 (default: 1..cores)")
     g.add_argument("--batch-sizes", type=_ints, help="e.g. 1,2,4,8")
     g.add_argument("--delays", type=_ints, help="max batch delays in ms, e.g. 2,10")

@@ -37,6 +37,7 @@ class FitPlan:
     seconds: float  # per (threads, batch size)
     wait_quiet_s: float = 0.0  # > 0: a measurement other processes disturbed is repeated when quiet
     variant: Optional[str] = None  # the catalogue variant's archive (build/variants.py); None: the default
+    device: str = "cpu"  # cuda: the handler as a worker handed gpu_id 0
 
 
 def _others_cpu(since: resources.Reading, groups: resources.ProcessGroups) -> float:
@@ -65,7 +66,8 @@ def inprocess_fit(plan: FitPlan, progress: Progress) -> dict:
         model_dir = extracted_archive(plan.model, plan.variant, Path(tmp))
         for count in plan.thread_counts:
             context = FakeContext(model_dir, plan.model, batch_size=max(sizes),
-                                  handler_overrides={"runtime": {"threads": count, "warmup": False}})
+                                  handler_overrides={"runtime": {"threads": count, "warmup": False}},
+                                  gpu_id=0 if plan.device == "cuda" else None)
             handler = Handler()
             handler.initialize(context)
             for size in sizes:

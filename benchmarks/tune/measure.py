@@ -23,6 +23,7 @@ from benchmarks.tune.fit import NOISY_OTHERS_PCT
 from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate
 from serving.launcher import TorchServe
+from serving.ts_config import device_properties
 
 Progress = Callable[[str], None]
 T = TypeVar("T")
@@ -99,6 +100,7 @@ class ServePlan:
     from_file: bool = False
     remeasure_near_slo: bool = True  # a point in the noise band of the SLO is measured again (NOISE_BAND)
     archive: str = ""  # the variant's archive file in model_store (build/variants.py); "": the default
+    device: str = "cpu"  # cuda: the server's workers on one GPU (number_of_gpu=1); cpu: none on a GPU
 
 
 class ServedMeasurer:
@@ -144,7 +146,7 @@ class ServedMeasurer:
         models = {} if plan.from_file else {plan.model: candidate.settings(plan.response_timeout_s)}
         archives = {plan.model: plan.archive} if plan.archive and not plan.from_file else {}
         server = TorchServe(plan.model_store, base_config=plan.config, models=models, load=(plan.model,),
-                            archives=archives, extra_properties=METRICS_PROPERTIES)
+                            archives=archives, extra_properties={**METRICS_PROPERTIES, **device_properties(plan.device)})
         # Entered as a context (left in finish()): the launcher then turns SIGTERM into a clean stop.
         server.__enter__()
         self._server, self._candidate = server, candidate

@@ -22,6 +22,7 @@ from benchmarks.tune.search import SearchSettings
 from benchmarks.tune.space import PRESETS, Space, preset
 from benchmarks.tune.verify import VerifySettings
 from serving.repo import REPO_ROOT, shown
+from serving.ts_config import DEVICES
 
 # The record's keys; `folder` and `wait_quiet` are where a run writes and how patiently it waits,
 # not what it measures, so they stay out of it (a resumed run may change both).
@@ -29,9 +30,9 @@ RECORD_KEYS = ("model", "slo_ms", "cores", "config", "model_store", "out", "spac
                "delays", "min_gain_pct", "max_candidates", "patience", "rate_step", "rate_resolution",
                "max_points", "fit_seconds", "grid", "window_s", "max_windows", "stable_windows", "stability_pct",
                "warmup_s", "connections", "point_requests", "tie_pct", "verify_points", "verify_warmup_s",
-               "verify_stability_pct", "no_defaults", "no_write", "no_verify", "variant")
+               "verify_stability_pct", "no_defaults", "no_write", "no_verify", "variant", "device")
 # Keys a run recorded before they existed may lack, with the value such runs used.
-OPTIONAL_KEYS = {"variant": None, "verify_stability_pct": VerifySettings.stability_pct}
+OPTIONAL_KEYS = {"variant": None, "verify_stability_pct": VerifySettings.stability_pct, "device": "cpu"}
 # The smallest value each numeric option may take ("above" excludes the bound itself).
 _AT_LEAST = {"cores": 1, "max_candidates": 1, "patience": 1, "max_points": 1, "max_windows": 1,
              "stable_windows": 1, "connections": 1, "warmup_s": 0, "point_requests": 0, "tie_pct": 0,
@@ -65,6 +66,7 @@ class TuneOptions:
     wait_quiet_s: float
     record: Mapping[str, Any]
     command: str
+    device: str = "cpu"  # where the fit and the servers' workers run (cuda: one GPU)
     budget_s: Optional[float] = None  # the search's time budget (None: none); not recorded, like wait_quiet_s
 
     @classmethod
@@ -86,6 +88,8 @@ class TuneOptions:
             raise TuneError(f"--tie-pct must be below 100 (a share of the best capacity), got {r['tie_pct']!r}")
         if r["space"] not in PRESETS:
             raise TuneError(f"--space {r['space']!r}: choose one of {', '.join(PRESETS)}")
+        if r["device"] not in DEVICES:
+            raise TuneError(f"--device {r['device']!r}: one of {', '.join(DEVICES)}")
         if wait_quiet_s < 0:
             raise TuneError(f"--wait-quiet must be >= 0 seconds, got {wait_quiet_s}")
         if budget_s is not None and budget_s <= 0:
@@ -109,13 +113,14 @@ class TuneOptions:
             config=_path(r["config"]), model_store=_path(r["model_store"]),
             variants=None if r.get("variant") is None else tuple(str(v) for v in r["variant"]), folder=Path(folder).resolve(),
             wait_quiet_s=float(wait_quiet_s), record=MappingProxyType(dict(record)), command=command,
-            budget_s=budget_s)
+            device=str(r["device"]), budget_s=budget_s)
 
 
 def record_of(options: Mapping[str, Any], model: str, slo_ms: float, cores: int) -> dict:
     """The record of a new run from the command line's options (argparse names), JSON-ready."""
     record = {key: options[key] for key in RECORD_KEYS if key in options}
     record.update(model=model, slo_ms=float(slo_ms), cores=int(cores))
+    record["space"] = record.get("space") or ("gpu" if record.get("device") == "cuda" else "full")
     for key in ("config", "model_store", "out"):
         record[key] = shown(record[key])
     for key in ("workers", "batch_sizes", "delays", "variant"):

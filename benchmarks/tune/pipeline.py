@@ -60,7 +60,8 @@ def tune_model(options: TuneOptions, progress: Progress,
 
     defaults = torchserve_defaults(space.cores)
     threads = sorted(set(space.thread_counts) | ({defaults.threads} if steps.defaults else set()))
-    fit_plan = FitPlan(model, tuple(threads), space.max_batch_size, slo, options.fit_seconds, options.wait_quiet_s)
+    fit_plan = FitPlan(model, tuple(threads), space.max_batch_size, slo, options.fit_seconds, options.wait_quiet_s,
+                       device=options.device)
 
     def fit_one(plan: FitPlan) -> dict:
         if options.wait_quiet_s > 0:
@@ -73,7 +74,7 @@ def tune_model(options: TuneOptions, progress: Progress,
     archive = built.archives[fit.get("variant", default)]  # a fit checkpointed before variants: the default
     service = ServiceModel.fit(FitPoint.from_json(p) for p in fit["points"])
     serve = ServePlan(model, options.model_store, options.config, options.load, slo, options.wait_quiet_s,
-                      archive=archive.name)
+                      archive=archive.name, device=options.device)
     defaults_result = grid = judged = None
     with serve_with(serve, progress) as live:
         measurer = checkpoint.replaying(live)

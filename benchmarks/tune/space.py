@@ -20,7 +20,7 @@ from typing import Optional
 from benchmarks.tune.errors import TuneError
 from serving.ts_config import ModelSettings
 
-MAX_BATCH_SIZE = 32
+MAX_BATCH_SIZE = 512
 # TorchServe 0.12 (Model.pollInferJob) stops filling a batch once its remaining delay is <= 0:
 # with maxBatchDelay 0 a batch holds at most 2 requests even when the queue is full. 1 ms is the
 # smallest delay that still drains a backed-up queue into full batches.
@@ -130,10 +130,12 @@ class Space:
                 "delays_ms": list(self.delays_ms)}
 
 
-# Named spaces. "full" is what `make tune` searches; "reduced" is small enough to also run as an
-# exhaustive grid (the search-efficiency check); "tiny" is the end-to-end smoke test's.
+# Named spaces. "full" is what `make tune` searches on CPUs; "gpu" on one GPU (--device cuda): batches
+# far above a CPU's, a few workers sharing the GPU rather than one per core; "reduced" is small
+# enough to also run as an exhaustive grid (the search-efficiency check); "tiny" is the smoke test's.
 PRESETS = {
     "full": {"batch_sizes": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), "delays_ms": (1, 2, 5, 10, 20, 30, 50)},
+    "gpu": {"batch_sizes": (1, 2, 4, 8, 16, 32, 64, 128, 256), "delays_ms": (1, 2, 5, 10, 20), "workers": (1, 2, 4)},
     "reduced": {"batch_sizes": (1, 2, 4, 8), "delays_ms": (2, 10, 30)},
     "tiny": {"batch_sizes": (1, 4), "delays_ms": (5,), "workers": (1,)},
 }
@@ -145,9 +147,10 @@ def preset(name: str, cores: int, workers: Optional[Iterable[int]] = None,
     if name not in PRESETS:
         raise TuneError(f"unknown space {name!r} (known: {', '.join(PRESETS)})")
     base = PRESETS[name]
+    default_workers = [w for w in base.get("workers", ()) if w <= cores] or range(1, cores + 1)
     return Space(
         cores=cores,
-        workers=tuple(workers or base.get("workers") or range(1, cores + 1)),
+        workers=tuple(workers or default_workers),
         batch_sizes=tuple(batch_sizes or base["batch_sizes"]),
         delays_ms=tuple(delays_ms or base["delays_ms"]),
     )

@@ -68,3 +68,15 @@ def test_the_verification_takes_its_own_stability_rule(tmp_path):
     resumed = TuneOptions.from_record(older, tmp_path)
     assert resumed.verify.stability_pct == 10.0
     assert dict(resumed.record) == older  # its checkpoint's identity still matches
+
+
+def test_a_gpu_tune_searches_the_gpu_space_and_says_so_in_its_record(tmp_path):
+    options = TuneOptions.from_record(record("--device", "cuda"), tmp_path / "run")
+    assert options.device == "cuda" and options.record["space"] == "gpu" and options.record["device"] == "cuda"
+    assert max(options.space.batch_sizes) == 256 and options.space.workers == (1, 2)  # 4 needs 4 cores here
+    cpu = TuneOptions.from_record(record(), tmp_path / "cpu")
+    assert (cpu.device, cpu.record["space"], max(cpu.space.batch_sizes)) == ("cpu", "full", 32)
+    older = {k: v for k, v in record().items() if k != "device"}  # a checkpoint from before the option
+    assert TuneOptions.from_record(older, tmp_path / "old").device == "cpu"
+    with pytest.raises(TuneError, match="--device 'tpu'"):
+        TuneOptions.from_record({**record(), "device": "tpu"}, tmp_path / "bad")
