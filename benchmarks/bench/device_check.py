@@ -185,7 +185,9 @@ def run(plan: CheckPlan) -> Path:
 
 def pack(catalogue: Path, store: Path, into: Path, max_weights_mib: float) -> None:
     """Each model's extracted default archive, its weights dropped (and made at check time) when
-    they are larger than max_weights_mib: what a device machine needs, under the tool's 64 MiB."""
+    they are larger than max_weights_mib, and TorchServe's Python package without its frontend (the
+    handlers' metrics import it) in site/: what a device machine needs, under the tool's 64 MiB."""
+    import ts
     import yaml
 
     from build.catalogue import Catalogue
@@ -194,6 +196,8 @@ def pack(catalogue: Path, store: Path, into: Path, max_weights_mib: float) -> No
     cat = Catalogue.load(catalogue)
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True)
+    shutil.copytree(Path(ts.__file__).parent, into / "site" / "ts",
+                    ignore=shutil.ignore_patterns("frontend", "__pycache__", "*.jar"))
     for model in cat.names:
         archive = store / cat.entry(model).default_variant.archive_name(model)
         folder = extract(archive, into / model)
