@@ -125,3 +125,37 @@ def test_a_language_model_worker_on_a_gpu_id_warms_up_and_answers(tiny_dirs):
         handler, answered = answer(0)
         assert audit.marked(next(handler.model.parameters())), "the model is on the device"
     assert answered == expected and all(answered.values())
+
+
+def test_the_async_mode_generates_on_the_device(tiny_dirs):
+    """TorchServe's asynchronous worker mode: each request a coroutine, the engine loop stepping on
+    the worker's own thread (the audit's), warm-up included."""
+    import asyncio
+
+    from handlers.async_handler import AsyncHandler
+    from serving.fake_context import FakeContext
+
+    body = {"prompt": "The for statement", "max_new_tokens": 6, "temperature": 0}
+
+    def answer(gpu_id):
+        context = FakeContext(tiny_dirs["tiny_lm"], "tiny_lm", batch_size=1, gpu_id=gpu_id,
+                              handler_overrides={"causal_lm": {"mode": "async"}, "runtime": {"warmup": True}})
+        context.model_yaml_config.pop("continuousBatching", None)
+        context.model_yaml_config["asyncCommunication"] = True
+        handler = AsyncHandler()
+        handler.initialize(context)
+        context.request_ids, context.headers = {0: "a"}, {0: {"Content-Type": "application/json"}}
+
+        async def ask():
+            try:
+                return (await handler.handle([{"body": json.dumps(body).encode()}], context))[0]
+            finally:
+                handler.generation.loop.stop()
+
+        return handler, json.loads(asyncio.run(ask()))
+
+    _, expected = answer(None)
+    with virtual_cuda() as audit:
+        handler, answered = answer(0)
+        assert audit.marked(next(handler.model.parameters()))
+    assert answered["text"] == expected["text"] and answered["generated_tokens"] == 6
