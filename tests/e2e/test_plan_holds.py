@@ -120,6 +120,8 @@ def planned(config: Path) -> dict[str, int]:
 
 
 def start(folder: Path, command: StartCommand, base: Path) -> TorchServe:
+    """In `folder`, stopped as a user stops it (`torchserve --stop`, the launcher's way for a folder of
+    the caller's): TorchServe writes its shutdown snapshot then, which a plain restart loads."""
     return TorchServe(MODEL_STORE, base_config=base, command=command, workdir=folder, start_timeout_s=240)
 
 
