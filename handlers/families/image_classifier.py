@@ -4,9 +4,10 @@ Any CNN whose input is one normalised image (N, C, H, W): the catalogue entry's 
 architecture and weights; these settings give the geometry (resize the shorter side, centre-crop a
 square), the channels, the normalisation and the labels.
 
-A batch stays uint8 until the model: the normalisation is the served module's first step (`wrap`),
-so on a GPU a quarter of the bytes cross to the device and the arithmetic runs there; exported
-variants (TorchScript, ONNX) carry it in their graph and take uint8 too.
+A batch stays uint8 until the model: the normalisation is the served module's first step (`wrap`:
+a forward pre-hook with its own buffers, so the model's weights and their names stay its own), so on
+a GPU a quarter of the bytes cross to the device and the arithmetic runs there; exported variants
+(TorchScript, ONNX) carry it in their graph and take uint8 too.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class ImageClassifier(Family):
         return decode_image(body, self.settings)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        return Normalised(model, self.settings.mean, self.settings.std)
+        return normalised(model, self.settings.mean, self.settings.std)
 
     def collate(self, items: Sequence[np.ndarray]) -> torch.Tensor:
         # NHWC uint8 -> an NCHW view whose memory is channels_last already (made contiguous NCHW
@@ -74,17 +75,17 @@ class ImageClassifier(Family):
         return top_k_disagreement(one, other)
 
 
-class Normalised(torch.nn.Module):
-    """(pixels - mean) / std, then the classifier: uint8 in, on the model's device and in its layout
-    (the float copy keeps the batch's memory format)."""
+def normalised(model: torch.nn.Module, mean: Sequence[float], std: Sequence[float]) -> torch.nn.Module:
+    """The classifier, taking uint8 pixels: (pixels - mean) / std first, on the model's device and in
+    its layout (the float copy keeps the batch's memory format)."""
+    shape = (1, -1, 1, 1)
+    # Not in the state dict: the settings hold them, and the archive's weights stay the model's own.
+    model.register_buffer("pixel_mean", torch.tensor(mean, dtype=torch.float32).reshape(shape), persistent=False)
+    model.register_buffer("pixel_std", torch.tensor(std, dtype=torch.float32).reshape(shape), persistent=False)
+    model.register_forward_pre_hook(_normalise)
+    return model
 
-    def __init__(self, model: torch.nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__()
-        self.model = model
-        shape = (1, -1, 1, 1)
-        # Not in the state dict: the settings hold them, and an archive's weights stay the model's own.
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).reshape(shape), persistent=False)
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).reshape(shape), persistent=False)
 
-    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self.model(pixels.float().sub(self.mean).div(self.std))
+def _normalise(module: torch.nn.Module, args: tuple) -> tuple:
+    pixels, *rest = args
+    return (pixels.float().sub(module.pixel_mean).div(module.pixel_std), *rest)

@@ -48,3 +48,25 @@ def test_torchscript_export_serves_the_same_answers(tmp_path, capsys, photos):
     cat, coffee = decoded(handler.handle([{"body": photos["cat"]}, {"body": photos["coffee"]}], context))
     assert max(coffee, key=coffee.get) == "espresso"
     assert max(cat, key=cat.get) in CAT_LABELS
+
+
+def test_every_built_archive_declares_where_it_runs(model_store):
+    """On a GPU host TorchServe hands a gpu_id to every worker unless the archive says deviceType: cpu:
+    the ONNX archives (ONNX Runtime's CPU package) say so; the torch ones leave it to TorchServe."""
+    import zipfile
+
+    from build.catalogue import Catalogue
+
+    catalogue = Catalogue.load(CATALOGUE)
+    seen = {}
+    for name in catalogue.names:
+        for variant in catalogue.entry(name).variants:
+            archive = model_store / variant.archive_name(name)
+            if not archive.is_file():  # gated out (minilm's int8)
+                continue
+            with zipfile.ZipFile(archive) as mar:
+                config = yaml.safe_load(mar.read("model-config.yaml"))
+            seen[archive.name] = (config.get("deviceType"), config["handler"]["runtime"].get("device", "auto"))
+    assert seen["minilm.onnx.mar"] == ("cpu", "cpu") and seen["efficientnet_lite0.onnx.mar"] == ("cpu", "cpu")
+    assert seen["minilm.mar"] == (None, "auto") and seen["tinylm.mar"] == (None, "auto")
+    assert all(device == "cpu" for archive, (device, _) in seen.items() if ".onnx" in archive), seen
