@@ -48,6 +48,10 @@ def server_properties(inputs: Inputs, layout: Layout, extra: Mapping[str, str] =
         # The GPUs a replica gets (TorchServe's default: every visible one); 0 keeps a CPU image's
         # workers off a GPU the pod might see.
         number_of_gpu=str(inputs.gpus),
+        # TorchServe's system metrics read a GPU through nvgpu, which it does not install and which
+        # breaks on MIG slices (pytorch/serve#1516, #3090): without it its metrics collector fails
+        # every minute. The workers report their GPU's memory and utilisation themselves.
+        **({"disable_system_metrics": "true"} if inputs.gpus else {}),
         # Token auth on and the model API off, whatever the source file says: a pod is reachable
         # by everything in the cluster network.
         disable_token_authorization="false",

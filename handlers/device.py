@@ -161,14 +161,37 @@ class GpuTimer:
         return self.start.elapsed_time(self.end) if self.enabled else None
 
 
-def gpu_memory_mib(device: torch.device) -> dict[str, float]:
-    """Allocated, reserved and peak allocated MiB on the device (no synchronisation)."""
-    if device.type != "cuda":
-        return {}
-    mib = 2.0 ** 20
-    return {"GPUMemoryAllocatedMiB": torch.cuda.memory_allocated(device) / mib,
-            "GPUMemoryReservedMiB": torch.cuda.memory_reserved(device) / mib,
-            "GPUMemoryPeakMiB": torch.cuda.max_memory_allocated(device) / mib}
+class GpuGauges:
+    """Per batch: allocated, reserved and peak allocated MiB on the device (the caching allocator's
+    own counters: no synchronisation); at most once a second, the GPU's utilisation from NVML
+    (nvidia-ml-py, in the CUDA lock; absent, the gauge is left out)."""
+
+    UTILISATION_EVERY_S = 1.0
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.read_at = float("-inf")
+        self.utilisation: Optional[float] = None
+
+    def read(self) -> dict[str, float]:
+        if self.device.type != "cuda":
+            return {}
+        import time
+
+        mib = 2.0 ** 20
+        gauges = {"GPUMemoryAllocatedMiB": torch.cuda.memory_allocated(self.device) / mib,
+                  "GPUMemoryReservedMiB": torch.cuda.memory_reserved(self.device) / mib,
+                  "GPUMemoryPeakMiB": torch.cuda.max_memory_allocated(self.device) / mib}
+        now = time.monotonic()
+        if now - self.read_at >= self.UTILISATION_EVERY_S:
+            self.read_at = now
+            try:
+                self.utilisation = float(torch.cuda.utilization(self.device))
+            except (ModuleNotFoundError, RuntimeError):  # no NVML bindings, or NVML refused (a MIG slice)
+                self.utilisation = None
+        if self.utilisation is not None:
+            gauges["GPUUtilizationPercent"] = self.utilisation
+        return gauges
 
 
 def check_onnx_provider(device: torch.device) -> str:

@@ -56,6 +56,7 @@ class Handler:
         self.response_cache = None  # handlers/response_cache.py, when the archive's settings turn it on
         self.service_time = ServiceTime()  # what a request's remaining budget must cover (handlers/deadlines.py)
         self.tracing = None  # handlers/tracing.py, when the environment or the archive's settings turn it on
+        self.gpu_gauges = device.GpuGauges(torch.device("cpu"))  # on a GPU: its memory and utilisation per batch
 
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize(self, context) -> None:
@@ -70,6 +71,7 @@ class Handler:
         rt = self.settings.runtime
         self.placement = device.place(props.get("gpu_id"), rt.device)
         self.device = self.placement.device
+        self.gpu_gauges = device.GpuGauges(self.device)
         device.emit_placement(getattr(context, "metrics", None), self.model_name, self.placement)
         self.max_batch_size = int(props.get("batch_size") or 1)
         workers = runtime.sibling_worker_count()
@@ -237,7 +239,7 @@ class Handler:
         batch.deadlines.count_late(idx for idx, _, _, _ in spans)
         if batch.items:
             self.service_time.update(clock.elapsed_ms)
-        emit(getattr(context, "metrics", None), self.model_name, clock, batch.items, device.gpu_memory_mib(self.device))
+        emit(getattr(context, "metrics", None), self.model_name, clock, batch.items, self.gpu_gauges.read())
         emit_deadlines(getattr(context, "metrics", None), self.model_name, batch.deadlines)
         if self.tracing is not None:
             self.tracing.record_batch(context, batch.size, [idx for idx, *_ in spans], batch.refused, clock, batch.items)

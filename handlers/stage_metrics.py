@@ -83,7 +83,8 @@ def emit(metrics, model_name: str, clock: StageClock, batch_size: int,
     metrics.add_counter(BATCHES_METRIC, 1, dimensions=dims(Dimension("BatchSize", str(batch_size))))
     metrics.add_counter(ITEMS_METRIC, batch_size, dimensions=dims())
     for name, value in (gauges or {}).items():
-        metrics.add_metric(name, value, "MB", dimensions=dims(), metric_type=MetricTypes.GAUGE)
+        metrics.add_metric(name, value, "percent" if name.endswith("Percent") else "MB", dimensions=dims(),
+                           metric_type=MetricTypes.GAUGE)
 
 
 def emit_cache(metrics, model_name: str, cache) -> None:

@@ -76,7 +76,7 @@ def test_a_gpu_deployment_asks_for_the_gpu_everywhere_it_is_decided(fake_repo: P
     isvc = yaml.safe_load((out / "kserve" / "inferenceservice.yaml").read_text())
     assert isvc["spec"]["predictor"]["model"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     for config in (out / "image" / "config.properties", out / "kserve" / "model-root" / "config" / "config.properties"):
-        assert "number_of_gpu=1" in config.read_text().splitlines(), config
+        assert {"number_of_gpu=1", "disable_system_metrics=true"} <= set(config.read_text().splitlines()), config
     cpu = tmp_path / "cpu"
     generate(fake_repo, cpu)
     assert "number_of_gpu=0" in (cpu / "image" / "config.properties").read_text().splitlines()

@@ -133,3 +133,20 @@ def test_int8_on_a_gpu_is_a_build_error_naming_the_fix(tiny_catalogue):
 
     with pytest.raises(CatalogueError, match="has no CUDA kernels"):
         build_keys(tiny_catalogue, "int8", {"device": "gpu"})
+
+
+def test_gpu_gauges_read_memory_per_batch_and_utilisation_at_most_once_a_second(monkeypatch):
+    from tests.device_audit import virtual_cuda
+
+    assert device.GpuGauges(torch.device("cpu")).read() == {}
+    with virtual_cuda():
+        reads = []
+        monkeypatch.setattr(torch.cuda, "utilization", lambda d=None: reads.append(d) or 37)
+        gauges = device.GpuGauges(torch.device("cuda", 0))
+        first, second = gauges.read(), gauges.read()
+        assert set(first) == {"GPUMemoryAllocatedMiB", "GPUMemoryReservedMiB", "GPUMemoryPeakMiB",
+                              "GPUUtilizationPercent"}
+        assert first["GPUUtilizationPercent"] == second["GPUUtilizationPercent"] == 37.0 and len(reads) == 1
+        monkeypatch.setattr(torch.cuda, "utilization", lambda d=None: (_ for _ in ()).throw(ModuleNotFoundError("pynvml")))
+        gauges = device.GpuGauges(torch.device("cuda", 0))
+        assert "GPUUtilizationPercent" not in gauges.read()  # no NVML bindings: left out, never an error
