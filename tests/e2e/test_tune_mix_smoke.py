@@ -30,12 +30,13 @@ def tuned(tmp_path_factory, model_store):
     config.write_bytes(root_before)
     command = [sys.executable, "-m", "benchmarks.tune", "--mix", MIX, "--config", str(config),
                "--model-store", str(model_store), "--out", str(tmp / "reports"), "--mix-candidates", "1",
-               "--mix-search-requests", "50", "--point-requests", "50", "--max-points", "2", "--mix-window-s", "1",
+               "--mix-search-requests", "100", "--point-requests", "100", "--max-points", "2", "--mix-window-s", "1",
                "--mix-warmup-s", "1", "--verify-warmup-s", "1",
                # 1 s windows: the smoke checks the pipeline, not the stability rule
                "--stability-pct", "50", "--verify-stability-pct", "50"]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert DEFAULT_CONFIG.read_bytes() == root_before, "the real root config.properties changed"
+    assert (tmp / "reports").is_dir(), f"the mix tune wrote no report (exit {done.returncode}):\n{done.stderr[-3000:]}"
     folders = list((tmp / "reports").iterdir())
     assert len(folders) == 1 and folders[0].name.startswith("tune-mix-"), folders
     return {"done": done, "config": config, "folder": folders[0]}
