@@ -82,6 +82,7 @@ class LoopStats:
     running: int = 0
     waiting: int = 0
     steps: int = 0
+    peak_running: int = 0  # the most sequences one step advanced together since the last report
 
 
 IDLE_WAIT_MIN_S = 0.05  # an idle loop wakes at most this often, whatever stats_every_s asks
@@ -165,6 +166,7 @@ class EngineLoop:
                 self.after_step()  # their first tokens go out now, not after the step below
             moved = self.engine.step() if self.engine.running else []
             self._stats.steps += bool(moved)
+            self._stats.peak_running = max(self._stats.peak_running, len(moved))
             for seq in moved:
                 self._stats.tokens += seq.added
                 gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0

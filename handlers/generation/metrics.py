@@ -25,6 +25,7 @@ class Figures:
     released: int = 0
     running: int = 0
     waiting: int = 0
+    peak_running: int = 0  # the most sequences that ran together since the last report
 
 
 class TokenRate:
@@ -65,6 +66,8 @@ def emit(metrics, model_name: str, figures: Figures, engine, tokens_per_s: Optio
     for name, value in counters.items():
         count(name, value)
     gauge("GenerationRunningSequences", figures.running)
+    # A burst shorter than the report interval shows here, not in the running gauge of its end.
+    gauge("GenerationPeakRunningSequences", max(figures.peak_running, figures.running))
     gauge("GenerationWaitingSequences", figures.waiting)
     if tokens_per_s is not None:
         gauge("GenerationTokensPerSecond", tokens_per_s)
@@ -90,7 +93,8 @@ def loop_emitter(context, model_name: str) -> Callable:
         if metrics is None:
             return
         with lock:
-            figures = Figures(stats.tokens, stats.ttft_ms, stats.gaps_ms, 0, stats.running, stats.waiting)
+            figures = Figures(stats.tokens, stats.ttft_ms, stats.gaps_ms, 0, stats.running, stats.waiting,
+                              stats.peak_running)
             emit(metrics, model_name, figures, engine, rate.add(stats.tokens))
 
     return report
