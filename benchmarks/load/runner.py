@@ -241,7 +241,8 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
 def search_capacity(open_point: Callable[..., OpenPoint], listed: Sequence[OpenPoint], plan: LoadPlan,
                     say: Progress) -> Optional[OpenPoint]:
     """The highest full-length passing point. With scouts: the scouts' bracket first, then its passing
-    rate measured in full, stepping down while that fails (as many full points as capacity_points)."""
+    rate measured in full; when that fails, the same search again with full points only, from one
+    step below it (up to capacity_points more)."""
     settings = plan.capacity_settings()
     found = capacity_search(lambda rate: open_point(rate, scout=bool(plan.scout_requests)), listed, plan.slo_ms,
                             settings)
@@ -250,15 +251,14 @@ def search_capacity(open_point: Callable[..., OpenPoint], listed: Sequence[OpenP
         + (" (scouts)" if plan.scout_requests else ""))
     if not plan.scout_requests or found.best is None:
         return found.best
-    rate = found.best.rate_rps
-    for _ in range(max(1, settings.max_points)):
-        full = open_point(rate)
-        if full.passes(plan.slo_ms):
-            say(f"capacity: {full.achieved_rps:.1f} req/s within p99 <= {plan.slo_ms:g} ms over {plan.point_requests}+ "
-                "arrivals")
-            return full
-        rate = round(rate / settings.step, 2)
-    return None
+    full = open_point(found.best.rate_rps)
+    if not full.passes(plan.slo_ms):
+        say(f"the scouts' {found.best.rate_rps:g} req/s fails in full: searching below it with full points")
+        full = find_max_rate(open_point, full.rate_rps / settings.step, plan.slo_ms, settings, known=[full]).best
+    if full is not None:
+        say(f"capacity: {full.achieved_rps:.1f} req/s within p99 <= {plan.slo_ms:g} ms over {plan.point_requests}+ "
+            "arrivals")
+    return full
 
 
 def capacity_search(probe: Callable[[float], OpenPoint], listed: Sequence[OpenPoint], slo_ms: float,
