@@ -73,9 +73,12 @@ class Point:
 
 @dataclass(frozen=True)
 class OpenPoint:
-    """A point's figures as the capacity search reads them (benchmarks.load.capacity.RatePoint)."""
+    """A point's figures as the capacity search reads them (benchmarks.load.capacity.RatePoint). A
+    scout only brackets the SLO for the search: its few windows are not asked to agree (the stability
+    rule), and it never sets a capacity (best_within skips it)."""
 
     figures: dict
+    scout: bool = False
 
     @property
     def rate_rps(self) -> float:
@@ -95,7 +98,7 @@ class OpenPoint:
 
     @property
     def stable(self) -> bool:
-        return bool(self.figures.get("stable", True))
+        return self.scout or bool(self.figures.get("stable", True))
 
     def passes(self, slo_ms: float) -> bool:
         """Open loop (closed-loop clients wait for answers before sending, so their p99 hides the
@@ -221,7 +224,7 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
             drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))
         if scout:
             scouts.append(results[-1])
-        return OpenPoint(results[-1].figures())
+        return OpenPoint(results[-1].figures(), scout=scout)
 
     try:
         searched = plan.capacity_points and plan.slo_ms
