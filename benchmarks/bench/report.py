@@ -238,6 +238,33 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def with_budget(overview: dict, ours: ServerRun, budget: Optional[dict], slo_ms: float) -> None:
+    """When the time budget ended the run: a sentence naming what was not measured, and, if no
+    full-length point was, a verdict that says so (with what the scouts saw) instead of a miss."""
+    left_out = (budget or {}).get("left_out") or []
+    if not left_out:
+        return
+    minutes = f"{budget['budget_s'] / 60:g} min"
+    if not overview["ours"]["slo_rps"]:
+        overview["sentences"][0] = (f"No capacity at p99 <= {slo_ms:g} ms: the time budget ({minutes}) ended the "
+                                    f"run before a full-length point. {_scouts_text(ours, slo_ms)}")
+        overview["verdict"] = overview["sentences"][0]
+    overview["sentences"].append(f"The time budget ({minutes}) ended the run: not measured: "
+                                 + "; ".join(left_out) + ".")
+
+
+def _scouts_text(run: ServerRun, slo_ms: float) -> str:
+    """What the scouts of a search cut short bracketed (no capacity: a scout sets none)."""
+    scouts = [p.figures for p in run.points if p.figures.get("scout") and p.figures["latency_ms"]]
+    within = [f["throughput_rps"] for f in scouts if (f["latency_ms"].get("p99_ms") or 0) <= slo_ms]
+    over = [f["level"] for f in scouts if (f["latency_ms"].get("p99_ms") or 0) > slo_ms]
+    if not scouts:
+        return "No scout was measured either."
+    return ("Its scouts (300 arrivals each) were within the target up to "
+            + (f"{max(within):.1f} req/s" if within else "none of their rates")
+            + (f" and over it from {min(over):g} req/s" if over else "") + ".")
+
+
 def _budget_line(budget: Optional[dict]) -> str:
     if not budget or budget.get("budget_s") is None:
         return "- time budget: none"
@@ -274,11 +301,7 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
     if conditions["before"]["other_torchserve_pids"] or conditions["after"]["other_torchserve_pids"]:
         warnings.append("other TorchServe servers were running on this machine: numbers are noisy")
     overview = summarize(runs, inprocess, slo_ms)
-    left_out = (conditions.get("budget") or {}).get("left_out") or []
-    if left_out:
-        overview["sentences"].append(
-            f"The time budget ({conditions['budget']['budget_s'] / 60:g} min) ended the run: not measured: "
-            + "; ".join(left_out) + ".")
+    with_budget(overview, runs["ours"], conditions.get("budget"), slo_ms)
     batch_size = configuration["ours"]["batch_size"]
     path = (served_path.summarize(runs["ours"], ceiling, inprocess["items_per_s"], batch_size,
                                   overview["ours"]["slo_rps"]) if ceiling else None)

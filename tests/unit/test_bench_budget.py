@@ -74,3 +74,24 @@ def test_a_point_that_does_not_fit_is_not_started_and_is_named():
         budget.require("ours open loop 20 req/s", need)
     assert budget.to_json()["left_out"][0].startswith("ours open loop 20 req/s (needs")
     assert Budget(None).allows("anything", 1e9)
+
+
+def test_a_run_the_budget_cut_short_says_so_instead_of_a_miss():
+    from benchmarks.bench.report import with_budget
+    from benchmarks.load.runner import Point, ServerRun
+
+    def scout(rate, p99):
+        return Point({"mode": "open", "level": rate, "throughput_rps": rate, "scout": True,
+                      "latency_ms": {"p99_ms": p99}}, ())
+
+    ours = ServerRun("ours", (scout(211.4, 80.0), scout(169.1, 60.0), scout(135.3, 40.0)), (1,), {})
+    overview = {"ours": {"slo_rps": 0.0}, "sentences": ["Ours meets p99 <= 50 ms at none of the measured rates."]}
+    budget = {"budget_s": 120.0, "spent_s": 110.0, "left_out": ["ours scout 108.2 req/s (needs 21 s, 13 s left)"]}
+    with_budget(overview, ours, budget, 50.0)
+    assert overview["verdict"] == ("No capacity at p99 <= 50 ms: the time budget (2 min) ended the run before a "
+                                   "full-length point. Its scouts (300 arrivals each) were within the target up to "
+                                   "135.3 req/s and over it from 169.1 req/s.")
+    assert overview["sentences"][-1].startswith("The time budget (2 min) ended the run: not measured: ours scout 108.2")
+    measured = {"ours": {"slo_rps": 250.0}, "sentences": ["At p99 <= 50 ms ours serves 250.0 req/s."]}
+    with_budget(measured, ours, budget, 50.0)
+    assert measured["sentences"][0].startswith("At p99") and len(measured["sentences"]) == 2
