@@ -260,8 +260,9 @@ def _scouts_text(run: ServerRun, slo_ms: float) -> str:
     over = [f["level"] for f in scouts if (f["latency_ms"].get("p99_ms") or 0) > slo_ms]
     if not scouts:
         return "No scout was measured either."
-    return ("Its scouts (300 arrivals each) were within the target up to "
-            + (f"{max(within):.1f} req/s" if within else "none of their rates")
+    if not within:
+        return f"Its scouts (300 arrivals each) were over the target at every rate measured, the lowest {min(over):g} req/s."
+    return (f"Its scouts (300 arrivals each) were within the target up to {max(within):.1f} req/s"
             + (f" and over it from {min(over):g} req/s" if over else "") + ".")
 
 

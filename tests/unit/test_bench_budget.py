@@ -92,6 +92,10 @@ def test_a_run_the_budget_cut_short_says_so_instead_of_a_miss():
                                    "full-length point. Its scouts (300 arrivals each) were within the target up to "
                                    "135.3 req/s and over it from 169.1 req/s.")
     assert overview["sentences"][-1].startswith("The time budget (2 min) ended the run: not measured: ours scout 108.2")
+    slower = ServerRun("ours", (scout(141.5, 301.0), scout(113.2, 58.0)), (1,), {})
+    cut = {"ours": {"slo_rps": 0.0}, "sentences": ["-"]}
+    with_budget(cut, slower, budget, 50.0)
+    assert cut["verdict"].endswith("were over the target at every rate measured, the lowest 113.2 req/s.")
     measured = {"ours": {"slo_rps": 250.0}, "sentences": ["At p99 <= 50 ms ours serves 250.0 req/s."]}
     with_budget(measured, ours, budget, 50.0)
     assert measured["sentences"][0].startswith("At p99") and len(measured["sentences"]) == 2
