@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.load.budget import Budget, BudgetSpent
-from benchmarks.load.runner import LoadPlan, OpenPoint, open_point_min_s, search_capacity
+from benchmarks.load.runner import LoadPlan, OpenPoint, Point, best_within, open_point_min_s, search_capacity
 from benchmarks.load.stats import StabilityRule
 
 pytestmark = pytest.mark.unit
@@ -55,6 +55,15 @@ def test_a_full_point_that_fails_is_searched_below_with_full_points():
     first_full = next(i for i, (_, scout) in enumerate(server.measured) if not scout)
     assert all(not scout for _, scout in server.measured[first_full:]), "no scout after the first full point"
     assert best is not None and 110.0 / 1.06 ** 2 <= best.rate_rps <= 110.0
+
+
+def test_the_reported_capacity_is_never_a_scouts():
+    server = Server(capacity=160.0, full_limit=110.0)
+    scout, full = server(150.0, scout=True), server(100.0)
+    # A scout whose few windows happened to agree: it passes by every rule but its length.
+    points = [Point({**p.figures, "scout": p.scout, "stable": True}, ()) for p in (scout, full)]
+    assert OpenPoint(points[0].figures).passes(SLO_MS) and points[0].figures["throughput_rps"] > 100.0
+    assert best_within(points, SLO_MS)["level"] == 100.0
 
 
 def test_without_scouts_every_point_is_full_length():
