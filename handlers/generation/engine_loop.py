@@ -143,7 +143,12 @@ class EngineLoop:
                 except TimeoutError:
                     self._report()
                     continue
-            self.iterate()
+            try:
+                self.iterate()
+            except Exception:  # never a silent end of the task: what it held fails, the next arrivals run
+                log.exception("the engine loop failed: failing %d request(s)", len(self._tickets))
+                self._waiting = []
+                self._fail(list(self._tickets), ServerFault("generation failed (the model log has the traceback)"))
             # Two turns of the asyncio loop before the next step: a request that arrived during this
             # step becomes a task in the first turn and submits itself in the second (one turn would
             # leave it for the step after next).
@@ -171,11 +176,11 @@ class EngineLoop:
                 self._stats.tokens += seq.added
                 gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
                 self._stats.gaps_ms.extend([gap / seq.added] * seq.added)
-            self._deliver([seq for seq in moved if seq not in starting])
+            self._deliver(moved)  # a sequence admitted above may end in this same step: its end goes out too
             self.after_step()
         except Exception:  # a fault of ours: the requests the loop holds get a 5xx, the loop goes on
             log.exception("generation step failed: failing %d sequence(s)", len(self.engine.running))
-            self._fail([*starting, *self.engine.running],
+            self._fail([seq.key for seq in (*starting, *self.engine.running)],
                        ServerFault("generation failed (the model log has the traceback)"))
         self._report()
 
@@ -183,7 +188,12 @@ class EngineLoop:
         kind, value = item
         if kind == "submit":
             ticket = value
-            seq = self.engine.new_sequence(ticket.key, ticket.request)
+            try:
+                seq = self.engine.new_sequence(ticket.key, ticket.request)
+            except Exception:  # a fault of ours with this request alone: its 5xx, the loop goes on
+                log.exception("request %s could not join the batch", ticket.key)
+                ticket.deliver(Failed(ServerFault("generation failed (the model log has the traceback)")))
+                return
             seq.priority = ticket.priority
             self._tickets[ticket.key] = ticket
             self._waiting.append(seq)
@@ -225,8 +235,8 @@ class EngineLoop:
             else:
                 ticket.deliver(Chunk(seq.text.take(final=False)))
 
-    def _fail(self, held: list[Generation], error: HandlerError) -> None:
-        keys = list(dict.fromkeys(seq.key for seq in held))
+    def _fail(self, held: list[str], error: HandlerError) -> None:
+        keys = list(dict.fromkeys(held))
         self.engine.drop(keys)
         self.engine.running, self.engine.kv = [], None  # whatever state the fault left is not trusted
         for key in keys:

@@ -227,3 +227,52 @@ def test_the_generation_tuner_searches_worker_layouts_and_streams_for_an_async_a
     assert sorted({n for _, n in space}) == list(generation.BATCH_SIZES)
     step = generation.search_space(False, cores=2)
     assert [(s.batch_size, s.min_workers, n) for s, n in step] == [(b, 1, 0) for b in generation.BATCH_SIZES]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_admitted_request_is_answered_at_any_length(tiny_lm, stream):
+    """A sequence admitted and finished within one iteration of the loop (its prefill's token, then
+    one step) is answered like any other: at 1, 2 and 3 new tokens, alone and beside a long one."""
+    handler, base = handler_in(tiny_lm, "async")
+    handler.generation.send = Sent()
+
+    async def run():
+        bodies = [{"prompt": PROMPTS[0], "max_new_tokens": 16, "temperature": 0}] + [
+            {"prompt": PROMPTS[1], "max_new_tokens": n, "temperature": 0, "stream": stream} for n in (1, 2, 3)]
+        asks = [ask(handler, base, f"n{i}", body, delay=0.003 * i) for i, body in enumerate(bodies)]
+        return await asyncio.wait_for(asyncio.gather(*asks), timeout=10)
+
+    results = asyncio.run(run())
+    for (answer, context), n in zip(results[1:], (1, 2, 3)):
+        assert not context.statuses
+        last = json.loads(answer.decode().splitlines()[-1])
+        assert last["generated_tokens"] == n and last["finish_reason"] == "length"
+
+    async def alone(n):
+        return await asyncio.wait_for(ask(handler, base, f"alone{n}", {"prompt": PROMPTS[2], "max_new_tokens": n}), 10)
+
+    for n in (1, 2, 3):
+        answer, _ = asyncio.run(alone(n))
+        assert json.loads(answer)["generated_tokens"] == n
+
+
+def test_a_request_the_engine_cannot_take_gets_its_500_and_the_loop_goes_on(tiny_lm, monkeypatch):
+    handler, base = handler_in(tiny_lm, "async")
+    engine = handler.generation.engine
+    real_new = engine.new_sequence
+
+    def new_sequence(key, request):
+        if key == "odd":
+            raise RuntimeError("a fault of ours with this request")
+        return real_new(key, request)
+
+    monkeypatch.setattr(engine, "new_sequence", new_sequence)
+
+    async def run():
+        return await asyncio.wait_for(asyncio.gather(
+            ask(handler, base, "odd", {"prompt": PROMPTS[0], "max_new_tokens": 4}),
+            ask(handler, base, "fine", {"prompt": PROMPTS[1], "max_new_tokens": 4})), timeout=10)
+
+    (odd, odd_ctx), (fine, fine_ctx) = asyncio.run(run())
+    assert odd_ctx.statuses[0][0] == 500 and json.loads(odd)["code"] == 500
+    assert not fine_ctx.statuses and json.loads(fine)["generated_tokens"] == 4
