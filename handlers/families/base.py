@@ -18,7 +18,7 @@ compares it with (`stock_baseline`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Union
 
@@ -86,6 +86,12 @@ class Family:
         whose answers depend on per-request options collates them beside its tensors and hands
         `postprocess` the whole batch (handlers/families/forecaster.py)."""
         return batch if isinstance(batch, tuple) else (batch,)
+
+    def run(self, forward: Callable[[Any], torch.Tensor], batch: Any) -> torch.Tensor:
+        """The model's outputs for a collated batch, one row per item in order. `forward(part)` is one
+        forward pass (the handler's: device, layout, precision) on a batch in `collate`'s form; a
+        family whose items differ in cost may run it on parts of the batch and join the rows."""
+        return forward(batch)
 
     def postprocess(self, outputs: torch.Tensor, inputs: Inputs) -> list[Any]:
         """One JSON-ready answer per item of the batch."""

@@ -76,6 +76,13 @@ def json_body(value: Any) -> bytes:
     return json.dumps(value).encode()
 
 
+def nested(value: Any, depth: int) -> Any:
+    """`value` inside `depth` lists: JSON nested that deep."""
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def multipart(fields: dict[str, bytes], boundary: str = "corpusboundary7MA4YWxk") -> tuple[bytes, str]:
     """A multipart/form-data body with the given fields (as `curl -F name=@file` sends)."""
     parts = []

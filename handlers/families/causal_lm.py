@@ -9,7 +9,6 @@ and start tokens and chat template come from the model's own files (causal_lm_to
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +16,13 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from handlers.errors import BadInput, ConfigError, PayloadTooLarge, UnsupportedMediaType
+from handlers.errors import ConfigError
 from handlers.families import causal_lm_cases
 from handlers.families.base import Family
 from handlers.families.cases import Case
 from handlers.families.causal_lm_tokens import MODEL_FILES, read_special_tokens
 from handlers.generation.params import GenerationRequest, Limits, parse_request
+from handlers.json_body import read_json
 
 
 @dataclass(frozen=True)
@@ -152,15 +152,7 @@ class CausalLM(Family):
         return LastTokenLogits(model)
 
     def decode(self, body: Any, content_type: str) -> GenerationRequest:
-        if isinstance(body, (bytes, bytearray)):
-            if len(body) > self.settings.max_body_bytes:
-                raise PayloadTooLarge(f"body is {len(body)} bytes, over the limit of {self.settings.max_body_bytes}")
-            if content_type not in ("application/json", ""):
-                raise UnsupportedMediaType(f"content type {content_type!r} not supported: send application/json")
-            try:
-                body = json.loads(bytes(body).decode("utf-8"))
-            except (ValueError, RecursionError) as err:
-                raise BadInput(f"malformed JSON: {err}"[:300]) from None
+        body = read_json(body, content_type, self.settings.max_body_bytes, "send application/json")
         return parse_request(body, self.encode, self.limits)
 
     def collate(self, items: Sequence[GenerationRequest]) -> tuple[torch.Tensor, torch.Tensor]:

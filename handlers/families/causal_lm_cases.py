@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.families.cases import JSON, Case, invalid, json_body, valid
+from handlers.families.cases import JSON, Case, invalid, json_body, nested, valid
 
 PROMPT = "The for statement is used to"
 
@@ -45,4 +45,8 @@ def cases(settings: Any) -> list[Case]:
         invalid("body over max_body_bytes", json_body({"prompt": "x" * (settings.max_body_bytes + 1)}), JSON, 413,
                 ""),
         invalid("XML", b"<prompt/>", "application/xml", 415, "not supported"),
+        invalid("prompt nested 100 levels deep", json_body({"prompt": nested(PROMPT, 100)}), JSON, 400, "nested"),
+        invalid("JSON over max_body_bytes beside a short prompt",
+                json_body({"prompt": PROMPT, "pad": "x" * settings.max_body_bytes}), JSON, 413, "limit"),
     ]
+

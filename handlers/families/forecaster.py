@@ -13,7 +13,6 @@ batch at once (handlers/families/quantile_post.py). Every malformed field is a 4
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +21,8 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from handlers.errors import (
-    BadInput,
-    ConfigError,
-    PayloadTooLarge,
-    ServerFault,
-    UnsupportedMediaType,
-)
+from handlers.arrays import in_dtype, json_array
+from handlers.errors import BadInput, ConfigError, ServerFault
 from handlers.families import forecaster_cases
 from handlers.families.base import Family
 from handlers.families.cases import Case
@@ -39,8 +33,10 @@ from handlers.families.quantile_post import (
     forecast_rows_loop,
     quantile_key,
 )
+from handlers.json_body import read_json
 
 _FIELDS = ("history", "horizon", "thresholds", "alert_within")
+_MODEL_DTYPE = "float32"  # what the model reads: a history value it cannot hold is refused
 _FORMS = 'send {"history": [numbers], "horizon": n} or {"series": [{"history": [...]}, ...]}'
 
 
@@ -69,12 +65,6 @@ def _integer(value: Any, field: str, low: int, high: int) -> int:
     return value
 
 
-def _finite(values: np.ndarray, field: str) -> None:
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        raise BadInput(f"{field}[{bad[0]}]: NaN or infinity")
-
-
 def _within(history: np.ndarray, outside: np.ndarray, field: str, what: str) -> None:
     """Refuse the first value of the read window outside the declared range, by its index in history."""
     where = np.flatnonzero(outside)
@@ -83,20 +73,15 @@ def _within(history: np.ndarray, outside: np.ndarray, field: str, what: str) -> 
         raise BadInput(f"{field}[{index}]: {history[index]:g} is {what}")
 
 
-def _numbers(value: Any, field: str) -> np.ndarray:
-    if not isinstance(value, list):
-        raise BadInput(f"{field}: a list of numbers, got {type(value).__name__}")
-    try:
-        array = np.asarray(value) if value else np.zeros(0)
-    except ValueError:  # ragged nesting
-        raise BadInput(f"{field}: a flat list of numbers") from None
+def _numbers(value: Any, field: str, model_dtype: str = "float64") -> np.ndarray:
+    """A flat list of numbers as float64, each one a number the model's dtype holds."""
+    if isinstance(value, list) and not value:
+        return np.zeros(0)
+    array = json_array(value, field)
     if array.ndim != 1:
         raise BadInput(f"{field}: a flat list of numbers, got {array.ndim} levels of nesting")
-    if array.dtype.kind not in "iuf":  # strings, null, true/false, integers past 64 bits
-        raise BadInput(f"{field}: holds something that is not a number")
-    array = array.astype(np.float64)
-    _finite(array, field)
-    return array
+    in_dtype(array, model_dtype, field)  # true/false, NaN, infinity, or past what the model's dtype holds
+    return array.astype(np.float64)
 
 
 class QuantileForecaster(Family):
@@ -113,15 +98,7 @@ class QuantileForecaster(Family):
     # ---- one request -----------------------------------------------------------------------
     def decode(self, body: Any, content_type: str) -> Forecast:
         s = self.settings
-        if isinstance(body, (bytes, bytearray)):
-            if len(body) > s.max_body_bytes:
-                raise PayloadTooLarge(f"body is {len(body)} bytes, over the limit of {s.max_body_bytes}")
-            if content_type not in ("application/json", ""):
-                raise UnsupportedMediaType(f"content type {content_type!r} not supported: {_FORMS} as JSON")
-            try:
-                body = json.loads(bytes(body).decode("utf-8"))
-            except (ValueError, RecursionError) as err:
-                raise BadInput(f"malformed JSON: {err}"[:300]) from None
+        body = read_json(body, content_type, s.max_body_bytes, f"{_FORMS} as JSON")
         if not isinstance(body, dict):
             raise BadInput(f"expected a JSON object: {_FORMS}")
         if "series" not in body:
@@ -146,7 +123,7 @@ class QuantileForecaster(Family):
             raise BadInput(f"{at}{unknown[0]}: unknown field (known: {', '.join(_FIELDS)})")
         if "history" not in body:
             raise BadInput(f"{at}history: missing: {_FORMS}")
-        history = _numbers(body["history"], f"{at}history")
+        history = _numbers(body["history"], f"{at}history", _MODEL_DTYPE)
         if not s.window <= len(history) <= s.max_history:
             raise BadInput(f"{at}history: {len(history)} values; the model reads the last {s.window}: send "
                            f"{s.window} to {s.max_history}")
@@ -164,7 +141,7 @@ class QuantileForecaster(Family):
         within = _integer(body.get("alert_within", horizon), f"{at}alert_within", 1, horizon)
         # The thresholds as the client wrote them, echoed in the alerts.
         echoed = tuple(body.get("thresholds", ()))
-        return window.astype(np.float32), RowOptions(horizon, echoed, within if len(echoed) else 0)
+        return window.astype(_MODEL_DTYPE), RowOptions(horizon, echoed, within if len(echoed) else 0)
 
     # ---- a batch -----------------------------------------------------------------------------
     def collate(self, items: Sequence[Forecast]) -> ForecastBatch:

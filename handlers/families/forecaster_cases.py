@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from handlers.families.cases import Case, invalid, valid
+from handlers.families.cases import Case, invalid, nested, valid
 from handlers.families.forecaster_settings import ForecasterSettings
 
 JSON = "application/json"
@@ -13,6 +13,7 @@ JSON = "application/json"
 
 def _json(value) -> bytes:
     return json.dumps(value).encode()  # writes NaN and Infinity as Python's json reads them
+
 
 
 def cases(settings: ForecasterSettings) -> list[Case]:
@@ -71,6 +72,12 @@ def cases(settings: ForecasterSettings) -> list[Case]:
         invalid("series beside history", _json({"series": [one], "history": history}), JSON, 400,
                 "history"),
         invalid("XML", b"<history/>", "application/xml", 415, "not supported"),
+        invalid("a history value past float32 (1e39)", _json(with_first(1e39)), JSON, 400, "overflows float32"),
+        invalid("true in history", _json(with_first(True)), JSON, 400, "true/false"),
+        invalid("history all true/false", _json({"history": [True] * s.window}), JSON, 400, "true/false"),
+        invalid("a true threshold", _json({**one, "thresholds": [True, high]}), JSON, 400, "thresholds"),
+        invalid("history nested 100 levels deep", _json({"history": nested(history, 100)}), JSON, 400, "nested"),
+        invalid("JSON over the body limit", _json({**one, "pad": "x" * s.max_body_bytes}), JSON, 413, "limit"),
     ]
     if s.min is not None:
         out.append(invalid("history below min", _json(with_first(s.min - 1)), JSON, 400, "below min"))

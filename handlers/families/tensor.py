@@ -9,8 +9,6 @@ or `argmax` / `softmax_topk` over labels.
 
 from __future__ import annotations
 
-import io
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,101 +17,59 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
+from handlers.arrays import in_dtype, json_array, npy_array
+from handlers.errors import BadInput
 from handlers.families import tensor_cases
 from handlers.families.base import Family
 from handlers.families.cases import Case
 from handlers.families.labels import class_names, load_labels, top_k, top_k_disagreement, top_k_problem
 from handlers.families.tensor_settings import NPY, TensorSettings
+from handlers.json_body import check_size, read_json
 
 _FORMS = 'send {"inputs": <nested list>}, {"data": [...], "shape": [...], "dtype": "..."}, or an .npy file'
 
 
-def _array(body: Any, content_type: str, settings: TensorSettings) -> np.ndarray:
-    """The request as an array, before its shape, dtype and values are checked."""
-    if isinstance(body, (bytes, bytearray)):
-        if len(body) > settings.max_body_bytes:
-            raise PayloadTooLarge(f"body is {len(body)} bytes, over the limit of {settings.max_body_bytes}")
-        if content_type == NPY:
-            try:
-                return np.load(io.BytesIO(bytes(body)), allow_pickle=False)
-            except (ValueError, OSError, EOFError) as err:
-                raise BadInput(f"not a readable .npy array (object arrays are refused): {err}"[:300]) from None
-        if content_type not in ("application/json", ""):
-            raise UnsupportedMediaType(f"content type {content_type!r} not supported: {_FORMS}")
-        try:
-            body = json.loads(bytes(body).decode("utf-8"))
-        except (ValueError, RecursionError) as err:  # not UTF-8, not JSON, or nested past Python's limit
-            raise BadInput(f"malformed JSON: {err}"[:300]) from None
+def _array(body: Any, content_type: str, settings: TensorSettings) -> tuple[np.ndarray, str]:
+    """The request as an array (before its shape, dtype and values are checked) and the field it came in."""
+    if isinstance(body, (bytes, bytearray)) and content_type == NPY:
+        check_size(body, settings.max_body_bytes)
+        return npy_array(bytes(body), settings.max_elements), "array"
+    body = read_json(body, content_type, settings.max_body_bytes, _FORMS)
     if not isinstance(body, dict):
         raise BadInput(f"expected a JSON object: {_FORMS}")
     keys = set(body)
     if keys == {"inputs"}:
-        return _numbers(body["inputs"], "inputs")
+        return json_array(body["inputs"], "inputs", settings.max_elements), "inputs"
     if keys == {"data", "shape", "dtype"} or keys == {"data", "shape"}:
         shape = body["shape"]
         if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                   for s in shape):
             raise BadInput(f"shape: a list of non-negative integers, got {shape!r}"[:200])
-        data = _numbers(body["data"], "data")
+        dtype = body.get("dtype", settings.dtype)
+        if dtype != settings.dtype:
+            raise BadInput(f"dtype: {str(dtype)[:40]!r}, the model takes {settings.dtype!r}")
+        data = json_array(body["data"], "data", settings.max_elements)
         if data.ndim != 1:
             raise BadInput(f"data: a flat list of values, got {data.ndim} levels of nesting")
         if data.size != math.prod(shape):
             raise BadInput(f"data: {data.size} values do not fill shape {shape} ({math.prod(shape)})")
-        dtype = body.get("dtype", settings.dtype)
-        if dtype != settings.dtype:
-            raise BadInput(f"dtype: {dtype!r}, the model takes {settings.dtype!r}")
-        return data.reshape(shape)
+        return data.reshape(shape), "data"
     extra = sorted(keys - {"inputs", "data", "shape", "dtype"})
-    raise BadInput(f"unknown field {extra[0]!r}: {_FORMS}" if extra else f"fields {sorted(keys)}: {_FORMS}")
-
-
-def _numbers(value: Any, field: str) -> np.ndarray:
-    """A nested list of numbers as an array; ragged nesting and non-numbers named."""
-    if not isinstance(value, list):
-        raise BadInput(f"{field}: a (nested) list of numbers, got {type(value).__name__}")
-    try:
-        array = np.array(value)
-    except ValueError:  # inhomogeneous: rows of different lengths or depths
-        raise BadInput(f"{field}: ragged nesting (rows of different lengths or depths)") from None
-    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
-        raise BadInput(f"{field}: holds something that is not a number")
-    return array
+    raise BadInput(f"unknown field {extra[0]!r}: {_FORMS}"[:300] if extra else f"fields {sorted(keys)}: {_FORMS}")
 
 
 def decode_tensor(body: Any, content_type: str, settings: TensorSettings) -> np.ndarray:
-    array = _array(body, content_type, settings)
+    array, field = _array(body, content_type, settings)
     if array.size > settings.max_elements:
         raise BadInput(f"{array.size} elements, over the limit of {settings.max_elements}")
     if tuple(array.shape) != settings.shape:
         raise BadInput(f"shape: got {list(array.shape)}, the model takes {list(settings.shape)} per request")
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
-        raise BadInput("values: NaN or infinity")
-    array = _cast(array, np.dtype(settings.dtype), settings.dtype)
+    array = in_dtype(array, settings.dtype, field)
     if settings.min is not None and array.size and array.min() < settings.min:
         raise BadInput(f"values: {array.min()} is below min {settings.min}")
     if settings.max is not None and array.size and array.max() > settings.max:
         raise BadInput(f"values: {array.max()} is above max {settings.max}")
     return np.ascontiguousarray(array)
-
-
-def _cast(array: np.ndarray, wanted: np.dtype, name: str) -> np.ndarray:
-    """The array in the model's dtype, refusing what would change a value (fractions into
-    integers, integers past the type's range, anything but 0/1 into bool)."""
-    if array.dtype == wanted:
-        return array
-    if wanted.kind == "f":
-        return array.astype(wanted)  # ints and bools become floats exactly enough for a model input
-    if array.dtype.kind == "f" and not np.array_equal(array, np.round(array)):
-        raise BadInput(f"dtype: fractional values for {name}")
-    if wanted.kind == "b":
-        if array.size and not np.isin(array, (0, 1)).all():
-            raise BadInput("dtype: bool takes 0/1 or true/false only")
-        return array.astype(wanted)
-    info = np.iinfo(wanted)
-    if array.size and (array.min() < info.min or array.max() > info.max):
-        raise BadInput(f"dtype: values outside {name}'s range [{info.min}, {info.max}]")
-    return array.astype(wanted)
 
 
 class TensorModel(Family):

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from handlers.families import cases as shared
 from handlers.families.cases import Case, invalid, valid
 from handlers.families.tensor_settings import NPY, TensorSettings
 
@@ -25,11 +26,67 @@ def _npy(array: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-def _with_first(array: np.ndarray, value: float) -> list:
-    """The array as nested lists with its first value replaced (json writes NaN and Infinity)."""
+def _with_first(array: np.ndarray, value: float, as_written=None) -> list:
+    """The array as nested lists with its first value replaced (json writes NaN and Infinity);
+    `as_written`: the Python value put there instead (True, an integer past 64 bits)."""
     changed = array.astype(np.float64)
     changed.flat[0] = value
-    return changed.tolist()
+    values = changed.tolist()
+    if as_written is not None:
+        first = values
+        while isinstance(first[0], list):
+            first = first[0]
+        first[0] = as_written
+    return values
+
+
+
+def _npy_declaring(array: np.ndarray, shape: tuple[int, ...]) -> bytes:
+    """An .npy file holding the array's bytes under a header that declares `shape`."""
+    out = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue() + np.ascontiguousarray(array).tobytes()
+
+
+def _hostile(settings: TensorSettings, good: np.ndarray) -> list[Case]:
+    """What a hostile client sends: other dtypes in an .npy, headers declaring more than is sent,
+    booleans for numbers, values past the model's dtype, deep nesting, JSON over the size limit."""
+    dtype = np.dtype(settings.dtype)
+    nested = good.tolist()
+    out = [
+        invalid(".npy of complex numbers", _npy(good.astype(np.complex128) + 1j), NPY, 400, "complex"),
+        invalid(".npy of numbers written as strings", _npy(good.astype(np.float64).astype("<U8")), NPY, 400,
+                "strings"),
+        invalid(".npy of raw void records", _npy(np.zeros(settings.shape, "V4")), NPY, 400, "void"),
+        invalid(".npy of structured records", _npy(np.zeros(settings.shape, [("a", "<f4"), ("b", "<i4")])), NPY, 400,
+                "records"),
+        invalid(".npy of dates", _npy(np.zeros(settings.shape, "M8[D]")), NPY, 400, "dates"),
+        invalid(".npy header declaring 10^12 values", _npy_declaring(good, (10**12,)), NPY, 400, "elements"),
+        invalid(".npy header declaring more values than it holds", _npy_declaring(good, (good.size + 1,)), NPY, 400,
+                "npy"),
+        invalid(".npy with bytes past its data", _npy(good) + b"\0" * dtype.itemsize, NPY, 400, "npy"),
+        valid(".npy of the declared dtype, big-endian", _npy(good.astype(dtype.newbyteorder(">"))), NPY),
+        invalid("inputs nested 100 levels deep", _json({"inputs": shared.nested(nested, 100)}), JSON, 400, "nested"),
+        invalid("JSON over the body limit", _json({"inputs": nested, "pad": "x" * settings.max_body_bytes}), JSON, 413,
+                "limit"),
+    ]
+    if dtype.kind != "b":
+        out.append(invalid("true/false for numbers", _json({"inputs": np.ones(settings.shape, bool).tolist()}), JSON,
+                           400, "true/false"))
+        out.append(invalid("one true among numbers", _json({"inputs": _with_first(good, 0.0, True)}), JSON, 400,
+                           "true/false"))
+    if dtype.kind == "f" and dtype.itemsize < 8:
+        past = float(np.finfo(dtype).max) * 2
+        out.append(invalid(f"a value past {settings.dtype}'s range", _json({"inputs": _with_first(good, past)}),
+                           JSON, 400, "overflows"))
+    if dtype.kind in "iu":
+        past = int(np.iinfo(dtype).max) + 1
+        out.append(invalid(f"a value past {settings.dtype}'s range", _json({"inputs": _with_first(good, past, past)}),
+                           JSON, 400, "range"))
+    if len(settings.shape) > 1:
+        out.append(valid(".npy in Fortran order", _npy(np.asfortranarray(good)), NPY))
+    return out
 
 
 def cases(settings: TensorSettings) -> list[Case]:
@@ -68,6 +125,7 @@ def cases(settings: TensorSettings) -> list[Case]:
         invalid(".npy of another shape", _npy(np.zeros((2, *settings.shape), dtype)), NPY, 400, "shape"),
         invalid("XML", b"<inputs/>", "application/xml", 415, "not supported"),
     ]
+    out += _hostile(settings, good)
     if len(shape) > 1:
         out.append(invalid("one level of nesting too few", _json({"inputs": flat}), JSON, 400, "shape"))
     if dtype.kind == "f":

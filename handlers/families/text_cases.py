@@ -7,7 +7,7 @@ import json
 import random
 from collections.abc import Callable
 
-from handlers.families.cases import Case, invalid, multipart, valid
+from handlers.families.cases import Case, invalid, multipart, nested, valid
 
 JSON = "application/json"
 PLAIN = "text/plain"
@@ -24,6 +24,7 @@ def _bad(name: str, body: bytes, status: int = 400, words: str = "", content_typ
 
 def _json(value) -> bytes:
     return json.dumps(value).encode()
+
 
 
 def valid_texts() -> list[Case]:
@@ -87,7 +88,8 @@ def invalid_texts() -> list[Case]:
         _bad("json duplicate key, last one a number", b'{"text": "ok", "text": 3}', words="must be a string"),
         _bad("json nested 100000 lists deep", nested_lists, words="JSON"),
         _bad("json nested 50000 objects deep", nested_objects, words="JSON"),
-        _bad("json nested 500 lists deep", b"[" * 500 + b"]" * 500, words="list"),
+        _bad("json nested 500 lists deep", b"[" * 500 + b"]" * 500, words="nested"),
+        _bad("json text beside 100 levels of nesting", _json({"text": SENTENCE, "meta": nested([], 99)}), words="nested"),
         _bad("json unterminated object", b'{"text": "abc"', words="malformed JSON"),
         _bad("json single quotes", b"{'text': 'abc'}", words="malformed JSON"),
         _bad("json trailing comma", b'{"text": "abc",}', words="malformed JSON"),
@@ -112,6 +114,8 @@ def invalid_texts() -> list[Case]:
         _bad("multipart with two fields", form, 400, "single form field", form_type),
         _bad("body over the 1 MB text limit", b"a" * (1024 * 1024 + 1), 413, "limit", PLAIN),
         _bad("json over the 1 MB text limit", _json({"text": "b" * (1024 * 1024 + 1)}), 413, "limit"),
+        _bad("json over the 1 MB limit beside a short text", _json({"text": SENTENCE, "pad": ["c" * 1024] * 1025}), 413,
+             "limit"),
     ]
 
 

@@ -7,7 +7,8 @@
 "base64" is the little-endian float32 bytes of each vector: the `openai` Python client asks for it
 whenever its caller names no encoding_format, and decodes it back to floats. Token-array inputs
 are refused; `dimensions` is accepted only when it is the model's own size (vectors are never
-shortened); `user` is accepted and ignored; any other field is a 400.
+shortened); `user` is accepted and ignored; any other field is a 400. A request holds at most
+MAX_INSTANCES texts (handlers/limits.py), the bound every route applies to a request's inputs.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ import numpy as np
 
 from handlers.encoding import json_bytes
 from handlers.errors import HandlerError
+from handlers.json_body import parse_json
+from handlers.limits import MAX_INSTANCES
 from handlers.openai.errors import OpenAIError, invalid_type, unsupported_value
 from handlers.openai.fields import Ignored, check_fields, json_object, served_model
 
 HONOURED = frozenset({"model", "input", "encoding_format", "dimensions"})
 IGNORED = MappingProxyType({"user": Ignored((str,), "a string")})
 ENCODING_FORMATS = ("float", "base64")
-MAX_INPUTS = 2048  # OpenAI's own limit per request
+MAX_INPUTS = MAX_INSTANCES  # texts per request: every route's bound (OpenAI's own API takes 2048)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ def parse_embeddings(body: Any, model_name: str, dimensions: Optional[int] = Non
                      check: Optional[Callable[[str], str]] = None, max_inputs: int = MAX_INPUTS) -> EmbeddingsCall:
     """`dimensions`: the model's vector size, when known; `check`: the family's own check of one
     text (text -> the text to embed; its HandlerError becomes this request's, naming `input`)."""
+    if isinstance(body, (bytes, bytearray)):  # JSON TorchServe could not parse (nested too deep, say)
+        body = parse_json(bytes(body))
     body = json_object(body)
     check_fields(body, HONOURED, MappingProxyType({}), IGNORED)
     model = served_model(body, (model_name, *aliases))
@@ -73,8 +78,8 @@ def _texts(value: Any, max_inputs: int) -> tuple[str, ...]:
         raise invalid_type("input", "a string or a non-empty array of strings", value)
     if all(isinstance(v, str) for v in value):
         if len(value) > max_inputs:
-            raise OpenAIError(f"'input' holds {len(value)} texts, over this model's limit of {max_inputs} per request",
-                              param="input")
+            raise OpenAIError(f"'input' holds {len(value)} texts, over the limit of {max_inputs} per request: split "
+                              "the request", param="input")
         return tuple(value)
     if all(isinstance(v, (int, list)) and not isinstance(v, bool) for v in value):
         raise unsupported_value("input", "token arrays are not supported: send text")
