@@ -165,8 +165,9 @@ plan: $(STAMP)
 # brings PyPA's `build`, which must not shadow build/ in .venv). Pins already in a lock are kept;
 # UPGRADE=1 takes the newest that the .in files allow. dev.txt is solved first and constrains the
 # others, so a package has one version in every role. nodeps.in's wheels are hashed as downloaded.
-# The CUDA locks cannot take dev.txt's torch: their other pins are the ones dev.txt holds (a test
-# checks it); fast-deps reads a wheel's metadata without downloading the GBs of CUDA wheels.
+# The CUDA locks cannot take dev.txt's torch: they are constrained by dev.txt's other pins
+# (.venv-lock/dev-pins.txt; a test checks they agree); fast-deps reads a wheel's metadata without
+# downloading the GBs of CUDA wheels.
 LOCK_VENV := .venv-lock
 COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
   --no-emit-find-links --annotation-style=line $(if $(UPGRADE),--upgrade)
@@ -176,8 +177,10 @@ lock:
 	$(COMPILE) -o requirements/dev.txt requirements/dev.in
 	@for role in serve java build; do echo "+ pip-compile requirements/$$role.in"; \
 	  $(COMPILE) -c requirements/dev.txt -o requirements/$$role.txt requirements/$$role.in || exit 1; done
+	@sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*==[^ ]*\).*/\1/p' requirements/dev.txt | grep -v '^torch==' > $(LOCK_VENV)/dev-pins.txt
 	@for role in cuda serve-cuda; do echo "+ pip-compile requirements/$$role.in (torch's CUDA build)"; \
-	  $(COMPILE) --pip-args "--use-feature=fast-deps" -o requirements/$$role.txt requirements/$$role.in || exit 1; done
+	  $(COMPILE) --pip-args "--use-feature=fast-deps" -c $(LOCK_VENV)/dev-pins.txt -o requirements/$$role.txt requirements/$$role.in \
+	  || exit 1; done
 	$(COMPILE) -o requirements/tools.txt requirements/tools.in
 	@scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT \
 	 && $(LOCK_VENV)/bin/pip download --quiet --no-deps --only-binary=:all: -d "$$scratch" -r requirements/nodeps.in \

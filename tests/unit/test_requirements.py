@@ -41,7 +41,7 @@ ROLES = {
 }
 # Imported but never installed: a package the test writes into its temp folder.
 NOT_INSTALLED = {"mine"}  # tests/e2e/test_own_model.py
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)$")
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[A-Za-z0-9._,-]+\])?==([^\s;#]+)$")  # extras allowed
 
 
 def normalised(name: str) -> str:
