@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from handlers.answers import close_replies
 from handlers.errors import ConfigError
 from handlers.handler import Handler
 
@@ -20,4 +21,6 @@ class AsyncHandler(Handler):
             return None
         if self.generation is None or not hasattr(self.generation, "loop"):
             raise ConfigError(f"{self.model_name}: the asynchronous worker mode serves causal_lm with mode: async")
-        return await self.generation.handle(data, context)
+        answers = await self.generation.handle(data, context)
+        close_replies(context, len(data))
+        return answers

@@ -3,8 +3,9 @@
 settings -> runtime (threads, precision, graph) -> per-request decode -> batched infer -> post.
 The family named in the archive's settings (handlers/families/) supplies what depends on the
 model's inputs and outputs. Each request is validated on its own: a bad one gets its own 4xx
-through ``context.set_response_status(code, message, idx)`` and its batch-mates are answered
-normally; an error no check foresaw is that request's 500, logged with its traceback. A request
+(handlers/answers.py writes every status) and its batch-mates are answered normally; an error no
+check foresaw is that request's 500, logged with its traceback, and a batch that fails in the model
+is computed again request by request, so that only the request that fails alone gets its 500. A request
 whose deadline (handlers/deadlines.py) has passed gets its 504 without being computed. A KServe
 v1 / Open Inference Protocol v2 request (handlers/kserve.py) adds one item per instance to the
 batch's forward pass and is answered in its own protocol. The loop is two stages, `prepare` (up to
@@ -22,10 +23,9 @@ from typing import Any, Optional
 import torch
 
 from handlers import device, kserve, runtime, tracing
-from handlers.answers import encode_answer, reject
+from handlers.answers import all_finite, close_replies, encode_answer, reject
 from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
 from handlers.deadlines import read as read_deadlines
-from handlers.encoding import JSON
 from handlers.errors import ConfigError, HandlerError, ServerFault
 from handlers.families import Family, family_class
 from handlers.onnx_session import OnnxModule, load_onnx
@@ -34,10 +34,11 @@ from handlers.openai import routes
 from handlers.openai.errors import OpenAIError
 from handlers.prepared import Prepared
 from handlers.profiling import make_profiler, region
+from handlers.repeats import BatchCache, follow
 from handlers.request_parts import content_type, request_body, request_headers
-from handlers.response_cache import ResponseCache, coalesce, request_key
+from handlers.response_cache import ResponseCache
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
-from handlers.stage_metrics import StageClock, TracedClock, attribute_gpu_time, emit, emit_cache, emit_deadlines
+from handlers.stage_metrics import StageClock, TracedClock, attribute_gpu_time, emit, emit_deadlines
 from handlers.worker_threads import worker_threads
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class Handler:
         self.profiler = None
         self.decode_pool = None
         self.generation = None  # a generative family's service (handlers/generation/serving.py)
-        self.response_cache = None  # handlers/response_cache.py, when the archive's settings turn it on
+        self.batch_cache = None  # handlers/repeats.py over a response cache, when the archive's settings turn it on
         self.service_time = ServiceTime()  # what a request's remaining budget must cover (handlers/deadlines.py)
         self.tracing = None  # handlers/tracing.py, when the environment or the archive's settings turn it on
         self.gpu_gauges = device.GpuGauges(torch.device("cpu"))  # on a GPU: its memory and utilisation per batch
@@ -106,7 +107,7 @@ class Handler:
         if self.settings.response_cache.enabled:
             if self.family.generates:
                 raise ConfigError("response_cache: not available for generating families yet (remove the section)")
-            self.response_cache = ResponseCache(self.settings.response_cache)
+            self.batch_cache = BatchCache(ResponseCache(self.settings.response_cache), self.model_name)
         self.version = _model_version(context)
         if not self.family.generates:  # generation answers step by step, outside the stage clock
             self.tracing = tracing.make_tracing(tracing.TracingConfig.from_settings(rt.tracing, os.environ),
@@ -173,46 +174,57 @@ class Handler:
                 answers = self.generation.handle(data, context)
             if self.profiler is not None:
                 self.profiler.step()  # one decoding step (continuous batching) or one whole batch
-            return answers
-        return self.complete(self.prepare(data, context))
+        else:
+            answers = self.complete(self.prepare(data, context))
+        close_replies(context, len(data))
+        return answers
 
     def prepare(self, data: list[Any], context) -> Prepared:
         """The request loop's first stage: refusals, cached answers, deadlines, decoding and collating."""
         tracer = self.tracing  # off: this check and a no-op clock.mark are all that tracing costs a batch
         batch = Prepared(context, len(data), StageClock() if tracer is None else TracedClock(), [None] * len(data))
-        clock, results, refused = batch.clock, batch.results, batch.refused
+        clock, refused = batch.clock, batch.refused
         batch.deadlines, malformed = read_deadlines(lambda idx: request_headers(context, idx), len(data),
                                                     self.settings.runtime.deadline_ms)
-        self._refuse(context, results, refused, malformed)
-        batch.keys, todo, batch.same_as = self._cached(data, context, results,
-                                                       [i for i in range(len(data)) if i not in refused])
+        self._refuse(batch, malformed)
+        todo = [i for i in range(len(data)) if i not in refused]
+        if self.batch_cache is not None:
+            batch.repeats, todo = self.batch_cache.lookup(
+                (self.version, self.settings.variant), todo, lambda idx: self._cache_key(data, context, idx),
+                context, batch.results, lambda idx, err: self._refuse(batch, {idx: err}))
         # A cached answer costs nothing and goes out whatever its deadline; the rest need time for a batch.
-        expired = batch.deadlines.expire(todo, BEFORE_DECODE, self.service_time)
-        self._refuse(context, results, refused, expired)
-        todo = [idx for idx in todo if idx not in expired]
+        todo = self._expire(batch, todo, BEFORE_DECODE)
         items: list[Any] = []
 
         started = clock.start()
         with region(self.profiler, "preprocess"):
-            accepted = []
+            accepted = {}
             for idx, outcome in zip(todo, self.decode_all(data, context, todo)):
                 if isinstance(outcome, HandlerError):
-                    refused[idx] = outcome
-                    results[idx] = self.reject(context, idx, outcome)
+                    self._refuse(batch, {idx: outcome})
                 else:
-                    accepted.append((idx, outcome))
+                    accepted[idx] = outcome
             # Decoding the batch may have used up a request's budget: it leaves the batch uncomputed.
-            expired = batch.deadlines.expire((idx for idx, _ in accepted), BEFORE_INFERENCE, self.service_time)
-            self._refuse(context, results, refused, expired)
-            for idx, (envelope, decoded) in accepted:
-                if idx not in expired:
-                    batch.spans.append((idx, envelope, len(items), len(decoded)))
-                    items.extend(decoded)
+            for idx in self._expire(batch, list(accepted), BEFORE_INFERENCE, accepted):
+                envelope, decoded = accepted[idx]
+                batch.spans.append((idx, envelope, len(items), len(decoded)))
+                items.extend(decoded)
             clock.mark("decoded")
-            batch.items = len(items)
+            batch.items, batch.decoded = len(items), items
             batch.inputs = self.family.collate(items) if items else None
         clock.stop("preprocess", started)
         return batch
+
+    def _expire(self, batch: Prepared, todo: list[int], stage: str, decoded: Optional[dict] = None) -> list[int]:
+        """The requests among `todo` (and their repeats) still in time at this stage; the others get
+        their 504. A repeat whose representative left takes its place (and its decoded items)."""
+        expired = batch.deadlines.expire([*todo, *batch.repeats.members()], stage, self.service_time)
+        self._refuse(batch, expired)
+        moved = batch.repeats.leave(expired)
+        for old, new in moved.items():
+            if decoded is not None and old in decoded:
+                decoded[new] = decoded.pop(old)
+        return follow(todo, moved, expired)
 
     def complete(self, batch: Prepared) -> list[Optional[bytes]]:
         """The request loop's second stage: the forward pass, post-processing, the answers' bytes, the
@@ -220,22 +232,27 @@ class Handler:
         context, clock, results, spans = batch.context, batch.clock, batch.results, batch.spans
         if batch.items:
             started = clock.start()
-            with region(self.profiler, "inference"), device.GpuTimer(self.device) as gpu:
-                outputs = self.infer(batch.inputs)
-            clock.stop("inference", started)
-            started = clock.start()
-            with region(self.profiler, "postprocess"):
-                answers = self.family.postprocess(outputs, batch.inputs)
-                for idx, envelope, first, count in spans:
-                    results[idx] = self.encode(context, idx, answers[first:first + count], envelope)
-            clock.stop("postprocess", started)
-            attribute_gpu_time(clock, gpu.elapsed_ms())
+            try:
+                with region(self.profiler, "inference"), device.GpuTimer(self.device) as gpu:
+                    outputs = self.infer(batch.inputs)
+                clock.stop("inference", started)
+                started = clock.start()
+                with region(self.profiler, "postprocess"):
+                    answers = self.family.postprocess(outputs, batch.inputs)
+                    for idx, envelope, first, count in spans:
+                        self._answer(batch, idx, answers[first:first + count], envelope)
+                clock.stop("postprocess", started)
+                attribute_gpu_time(clock, gpu.elapsed_ms())
+            except Exception:  # one request's items made the batch fail: each request again, on its own
+                log.exception("a batch of %d request(s) failed: computing each on its own", len(spans))
+                self._one_by_one(batch)
+                clock.stop("inference", started)
 
         for idx, envelope, _, count in spans:  # a request without items (OpenAI's models list) is answered as it is
             if count == 0:
-                results[idx] = self.encode(context, idx, [], envelope)
-        if self.response_cache is not None:
-            self._remember(context, batch.keys, batch.same_as, results, batch.refused)
+                self._answer(batch, idx, [], envelope)
+        if self.batch_cache is not None:
+            self.batch_cache.remember(batch.repeats, context, results, batch.refused, self.reject)
         batch.deadlines.count_late(idx for idx, _, _, _ in spans)
         if batch.items:
             self.service_time.update(clock.elapsed_ms)
@@ -247,50 +264,45 @@ class Handler:
             self.profiler.step()
         return results
 
-    def _refuse(self, context, results: list[Optional[bytes]], refused: dict[int, HandlerError],
-                errors: dict[int, HandlerError]) -> None:
+    def _one_by_one(self, batch: Prepared) -> None:
+        """Each request's items as a batch of their own: a request that fails alone gets its 500."""
+        for idx, envelope, first, count in batch.spans:
+            if count == 0:
+                continue
+            try:
+                inputs = self.family.collate(batch.decoded[first:first + count])
+                self._answer(batch, idx, self.family.postprocess(self.infer(inputs), inputs), envelope)
+            except Exception:  # a fault of ours no check foresaw, with this request alone
+                log.exception("request %d failed on its own", idx)
+                self._refuse(batch, {idx: ServerFault("the model failed on this request (the model log has the "
+                                                      "traceback)")})
+
+    def _answer(self, batch: Prepared, idx: int, answers: list[Any], envelope) -> None:
+        """One request's answer written, or its 500 when the answer cannot be right."""
+        if not all_finite(answers):
+            self._refuse(batch, {idx: ServerFault("the model's answer holds NaN or infinity")})
+            return
+        try:
+            batch.results[idx] = self.encode(batch.context, idx, answers, envelope)
+        except Exception:  # a fault of ours in wrapping: this request's 500, its batch-mates answered
+            log.exception("unexpected error wrapping the answer of request %d", idx)
+            self._refuse(batch, {idx: ServerFault("unexpected error wrapping the answer (the model log has the "
+                                                  "traceback)")})
+
+    def _refuse(self, batch: Prepared, errors: dict[int, HandlerError]) -> None:
         for idx, err in errors.items():
-            refused[idx] = err
-            results[idx] = self.reject(context, idx, err)
+            batch.refused[idx] = err
+            batch.results[idx] = self.reject(batch.context, idx, err)
 
-    # ---- the response cache -----------------------------------------------------------------
-    def _cached(self, data: list[Any], context, results: list[Optional[bytes]], live: list[int]):
-        """Answer the requests (among `live`) the cache has; returns each cacheable request's key, the
-        indices still to compute, and for each repeat in the batch the index of the first like it
-        (computed once: a repeat shares the first one's fate, a 504 included)."""
-        if self.response_cache is None:
-            return {}, live, {}
-        keys = {}
-        for idx in live:
-            headers = request_headers(context, idx)
-            no_cache = "no-cache" in (kserve.header(headers, "cache-control") or "").lower()
-            other_route = kserve.from_kserve_route(headers) or routes.is_openai(openai_envelope.url_path(headers))
-            if not no_cache and not other_route:  # /predictions answers only
-                keys[idx] = request_key(self.model_name, self.version, self.settings.variant,
-                                        request_body(data[idx]), content_type(context, idx))
-        todo = []
-        for idx in live:
-            answer = self.response_cache.get(keys[idx]) if idx in keys else None
-            if answer is None:
-                todo.append(idx)
-            else:
-                results[idx] = answer
-                context.set_response_content_type(idx, JSON)
-        first = coalesce([keys.get(idx) for idx in todo])
-        same_as = {todo[i]: todo[j] for i, j in first.items() if i != j}
-        return keys, [idx for idx in todo if idx not in same_as], same_as
-
-    def _remember(self, context, keys, same_as, results, refused) -> None:
-        for idx, first in same_as.items():
-            if first in refused:
-                results[idx] = self.reject(context, idx, refused[first])
-            else:
-                results[idx] = results[first]
-                context.set_response_content_type(idx, JSON)
-        for idx, key in keys.items():
-            if idx not in refused and idx not in same_as and results[idx] is not None:
-                self.response_cache.put(key, results[idx])
-        emit_cache(getattr(context, "metrics", None), self.model_name, self.response_cache)
+    def _cache_key(self, data: list[Any], context, idx: int):
+        """What the response cache keys a request by, or None when it may not be cached: /predictions
+        answers only, unless the client asked for a fresh one (Cache-Control: no-cache)."""
+        headers = request_headers(context, idx)
+        if "no-cache" in (kserve.header(headers, "cache-control") or "").lower():
+            return None
+        if kserve.from_kserve_route(headers) or routes.is_openai(openai_envelope.url_path(headers)):
+            return None
+        return request_body(data[idx]), content_type(context, idx)
 
     def decode_all(self, data: list[Any], context, indices: Optional[list[int]] = None) -> list[Any]:
         """Each request decoded on its own: (its KServe envelope or None for /predictions, its items:

@@ -9,6 +9,7 @@ from typing import Any, Optional
 from handlers import kserve
 from handlers.deadlines import BatchDeadlines
 from handlers.errors import HandlerError
+from handlers.repeats import Repeats
 from handlers.stage_metrics import StageClock
 
 
@@ -22,9 +23,9 @@ class Prepared:
     results: list[Optional[bytes]]  # per request: its answer, once it has one
     refused: dict[int, HandlerError] = field(default_factory=dict)
     deadlines: Optional[BatchDeadlines] = None
-    keys: dict[int, bytes] = field(default_factory=dict)  # the response cache's key per cacheable request
-    same_as: dict[int, int] = field(default_factory=dict)  # a repeat in the batch -> the first like it
+    repeats: Repeats = field(default_factory=Repeats)  # the batch's identical requests (handlers/repeats.py)
     # Per accepted request: (its index, its envelope or None, where its items start, how many).
     spans: list[tuple[int, Optional[kserve.Envelope], int, int]] = field(default_factory=list)
     items: int = 0  # items in the forward pass
+    decoded: list[Any] = field(default_factory=list)  # those items, before collating
     inputs: Any = None  # the collated batch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,23 @@ def request_body(request: Any) -> Any:
     if len(request) == 1:
         return next(iter(request.values()))
     raise BadInput("send the input as the request body (or a single form field named 'data')")
+
+
+def json_value(body: Any) -> Any:
+    """A JSON body, whatever form it arrived in: TorchServe's worker parses a body sent as exactly
+    `application/json` itself, and hands any other (with a charset parameter, say, or one its own
+    parse failed on) over as bytes. Raises BadInput naming what is wrong."""
+    if not isinstance(body, (bytes, bytearray, str)):
+        return body
+    try:
+        text = body if isinstance(body, str) else bytes(body).decode("utf-8")
+        return json.loads(text)
+    except UnicodeDecodeError as err:
+        raise BadInput(f"body: not UTF-8 ({err.reason} at byte {err.start})") from None
+    except RecursionError:
+        raise BadInput("body: JSON nested too deep") from None
+    except ValueError as err:
+        raise BadInput(f"body: malformed JSON ({err})"[:200]) from None
 
 
 def request_headers(context, idx: int) -> Mapping[str, Any]:

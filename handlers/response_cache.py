@@ -36,8 +36,9 @@ class ResponseCacheSettings:
         return self.max_mib > 0
 
 
-def request_key(model: str, version: str, variant: str, body: Any, content_type: str) -> bytes:
-    """The digest an answer is kept under; equal for requests that mean the same."""
+def request_key(model: str, version: str, variant: str, body: Any, content_type: str) -> Optional[bytes]:
+    """The digest an answer is kept under; equal for requests that mean the same. None: a body
+    with no canonical form (nested past Python's recursion limit, say), never cached."""
     if isinstance(body, (bytes, bytearray)) and content_type != "application/json":
         canonical = bytes(body)
     else:
@@ -45,7 +46,11 @@ def request_key(model: str, version: str, variant: str, body: Any, content_type:
             value = json.loads(bytes(body).decode("utf-8")) if isinstance(body, (bytes, bytearray)) else body
             canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
         except (ValueError, TypeError):  # not JSON after all: as sent (its error answer is not cached)
-            canonical = bytes(body) if isinstance(body, (bytes, bytearray)) else repr(body).encode()
+            if not isinstance(body, (bytes, bytearray)):
+                return None
+            canonical = bytes(body)
+        except RecursionError:
+            return None
     digest = hashlib.blake2b(digest_size=20)
     for part in (model, version, variant, content_type):
         digest.update(part.encode() + b"\0")

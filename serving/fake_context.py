@@ -47,6 +47,7 @@ class FakeContext:
         self.headers: dict[int, dict[str, str]] = {}
         self.statuses: dict[int, tuple[int, str]] = {}
         self.content_types: dict[int, str] = {}
+        self.response_headers: dict[int, dict[str, str]] = {}
         self.request_ids: dict[int, str] = {}  # idx -> request id, as TorchServe sets per call
         self.stopping_criteria = None
 
@@ -58,6 +59,12 @@ class FakeContext:
 
     def set_response_content_type(self, idx: int, value: str):
         self.content_types[idx] = value
+
+    def set_response_header(self, idx: int, key: str, value: str):
+        self.response_headers.setdefault(idx, {})[key] = value
+
+    def get_response_headers(self, idx: int) -> dict[str, str]:
+        return self.response_headers.get(idx, {})
 
 
 def extract(archive: Path, into: Path) -> Path:

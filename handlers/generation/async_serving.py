@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Optional, Union
 
 from handlers import kserve
+from handlers.answers import set_status
 from handlers.batch_context import BatchContext
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError
@@ -36,7 +37,7 @@ from handlers.openai import responses, routes, sse
 from handlers.openai.completions import Call, parse_chat, parse_completion
 from handlers.openai.errors import error_body, error_event
 from handlers.openai.models import model_response, models_response
-from handlers.request_parts import request_headers
+from handlers.request_parts import json_value, request_headers
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,8 @@ class AsyncGenerationService:
         request: GenerationRequest = outcome
         context.set_response_content_type(idx, NDJSON if request.stream else JSON)
 
-        def line(text: str) -> bytes:
-            return json_bytes({"text": text}) + b"\n"
+        def line(chunk: Chunk) -> bytes:
+            return json_bytes({"text": chunk.text}) + b"\n"
 
         text, last = await self._generate((context, idx), request, priority, line if request.stream else None)
         if isinstance(last, Failed):
@@ -104,7 +105,7 @@ class AsyncGenerationService:
         return PRIORITIES[priority.strip().lower()]
 
     async def _generate(self, where: tuple[Any, int], request: GenerationRequest, priority: int,
-                        stream: Optional[Callable[[str], bytes]]) -> tuple[str, Union[Done, Failed]]:
+                        stream: Optional[Callable[[Chunk], bytes]]) -> tuple[str, Union[Done, Failed]]:
         """Run one request (`where`: its context and index) through the loop. `stream`, if given,
         turns new text into the bytes to send; they go out with the other requests' of the same
         step in one message (StepMessages). Returns the text not streamed and the last event."""
@@ -117,7 +118,7 @@ class AsyncGenerationService:
                 if stream is None:
                     kept.append(event.text)
                 elif event.text:
-                    self.outbox.add(context, idx, stream(event.text))
+                    self.outbox.add(context, idx, stream(event))
             elif not finished.done():
                 finished.set_result(event)
 
@@ -139,27 +140,29 @@ class AsyncGenerationService:
             if isinstance(priority, HandlerError):
                 raise priority
         except HandlerError as err:
-            context.set_response_status(err.status, err.message[:200], idx)
+            set_status(context, idx, err)
             return error_body(err)
         if not call.stream:
             text, last = await self._generate((context, idx), call.request, priority, None)
             if isinstance(last, Failed):
-                context.set_response_status(last.error.status, last.error.message[:200], idx)
+                set_status(context, idx, last.error)
                 return error_body(last.error)
             return responses.response(call, text, last.finish, last.prompt_tokens, last.generated_tokens)
         context.set_response_content_type(idx, sse.CONTENT_TYPE)
         first = [True]
 
-        def event(text: str) -> bytes:
-            piece = responses.chunk(call, text, first=first[0])
+        def event(chunk: Chunk) -> bytes:
+            piece = responses.chunk(call, chunk.text, first=first[0],
+                                    counts=(chunk.prompt_tokens, chunk.generated_tokens))
             first[0] = False
             return piece
 
         text, last = await self._generate((context, idx), call.request, priority, event)
         if isinstance(last, Failed):  # the stream has started: the error is its last event
             return error_event(last.error) + sse.DONE
-        end = responses.chunk(call, text, first=first[0]) if text or first[0] else b""
-        return (end + responses.chunk(call, "", finish=last.finish)
+        counts = (last.prompt_tokens, last.generated_tokens)
+        end = responses.chunk(call, text, first=first[0], counts=counts) if text or first[0] else b""
+        return (end + responses.chunk(call, "", finish=last.finish, counts=counts)
                 + responses.stream_end(call, last.prompt_tokens, last.generated_tokens))
 
     def _call(self, endpoint: str, body: Any, request_id: str) -> Call:
@@ -194,9 +197,9 @@ class StepMessages:
 
 
 def _body(request: Any) -> Any:
-    """What the client sent: TorchServe parses an application/json body already; else bytes."""
+    """What the client sent, as JSON (handlers/request_parts.json_value)."""
     if isinstance(request, dict):
         for key in ("body", "data"):
             if key in request:
-                return request[key]
-    return request
+                return json_value(request[key])
+    return json_value(request)

@@ -38,9 +38,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Chunk:
-    """New text of a sequence (possibly empty: a token that completes no character yet)."""
+    """New text of a sequence (possibly empty: a token that completes no character yet), and its
+    token counts so far."""
 
     text: str
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,7 @@ class EngineLoop:
                 ticket.deliver(Done(seq.text.take(final=True), seq.finish, len(seq.request.prompt_ids),
                                     seq.generated))
             else:
-                ticket.deliver(Chunk(seq.text.take(final=False)))
+                ticket.deliver(Chunk(seq.text.take(final=False), len(seq.request.prompt_ids), seq.generated))
 
     def _fail(self, held: list[str], error: HandlerError) -> None:
         keys = list(dict.fromkeys(held))

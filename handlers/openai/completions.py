@@ -32,6 +32,7 @@ from handlers.openai.fields import (
     COMPLETION_NEUTRAL,
     Neutral,
     check_fields,
+    continuous_usage,
     flag,
     include_usage,
     json_object,
@@ -65,6 +66,7 @@ class Call:
     id: str  # "cmpl-..." / "chatcmpl-...", the same in every chunk
     created: int  # Unix seconds, the same in every chunk
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the token counts
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats too: the counts in every chunk
 
     @property
     def stream(self) -> bool:
@@ -82,7 +84,7 @@ def parse_completion(body: Any, encode: Encode, limits: Limits, model_name: str,
     stream = flag(body, "stream")
     usage = include_usage(body, stream)
     request = _generation(body, _prompt(body.get("prompt")), encode, limits, "max_tokens", "prompt")
-    return Call(request, False, model, _id("cmpl-", request_id), _created(created), usage)
+    return Call(request, False, model, _id("cmpl-", request_id), _created(created), usage, continuous_usage(body))
 
 
 def parse_chat(body: Any, encode: Encode, limits: Limits, model_name: str, template: Optional[str],
@@ -103,7 +105,7 @@ def parse_chat(body: Any, encode: Encode, limits: Limits, model_name: str, templ
                           param="messages", code="context_length_exceeded")
     prompt = chat_template.render(messages, template, bos_token, eos_token)
     request = _generation(body, prompt, encode, limits, _max_tokens_field(body), "messages")
-    return Call(request, True, model, _id("chatcmpl-", request_id), _created(created), usage)
+    return Call(request, True, model, _id("chatcmpl-", request_id), _created(created), usage, continuous_usage(body))
 
 
 def _id(prefix: str, request_id: Optional[str]) -> str:

@@ -14,6 +14,7 @@ from handlers.kserve import Envelope, header
 from handlers.openai import routes
 from handlers.openai.embeddings import embeddings_response, parse_embeddings
 from handlers.openai.models import model_response, models_response
+from handlers.request_parts import json_value
 
 PROTOCOL = "openai"
 
@@ -35,7 +36,7 @@ def unwrap(body: Any, headers: Optional[Mapping[str, Any]], family: Any, model_n
     if route.endpoint == routes.MODEL:
         answer = model_response(route.model, model_name, created)
         return Envelope(PROTOCOL, (), extra=MappingProxyType({"answer": answer}))
-    call = parse_embeddings(body, model_name, check=lambda text: family.decode(text, "text/plain"))
+    call = parse_embeddings(json_value(body), model_name, check=lambda text: family.decode(text, "text/plain"))
     tokens = sum(family.count_tokens(text) for text in call.texts)
     return Envelope(PROTOCOL, tuple((text, "text/plain") for text in call.texts),
                     extra=MappingProxyType({"call": call, "tokens": tokens}))

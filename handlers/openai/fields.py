@@ -151,7 +151,9 @@ def flag(body: Mapping[str, Any], name: str) -> bool:
 
 
 def include_usage(body: Mapping[str, Any], stream: bool) -> bool:
-    """stream_options.include_usage; stream_options.include_obfuscation is accepted (no obfuscation is sent)."""
+    """stream_options.include_usage; stream_options.include_obfuscation is accepted (no obfuscation is
+    sent); stream_options.continuous_usage_stats (vLLM's, which benchmark clients send) is read by
+    `continuous_usage`."""
     options: Optional[Any] = body.get("stream_options")
     if options is None:
         return False
@@ -162,8 +164,15 @@ def include_usage(body: Mapping[str, Any], stream: bool) -> bool:
                           param="stream_options")
     for key, value in options.items():
         name = f"stream_options.{key}"
-        if key not in ("include_usage", "include_obfuscation"):
+        if key not in ("include_usage", "include_obfuscation", "continuous_usage_stats"):
             raise OpenAIError(f"Unrecognized request argument supplied: {name}", param=name)
         if value is not None and not isinstance(value, bool):
             raise invalid_type(name, "a boolean", value)
     return options.get("include_usage") is True
+
+
+def continuous_usage(body: Mapping[str, Any]) -> bool:
+    """Every streamed chunk carries the token counts so far (vLLM's `continuous_usage_stats`, with
+    include_usage); checked by `include_usage` first."""
+    options = body.get("stream_options") or {}
+    return options.get("include_usage") is True and options.get("continuous_usage_stats") is True

@@ -70,32 +70,37 @@ def response(call: Call, text: str, finish: str, prompt_tokens: int, generated_t
     return answer(call, text, finish, prompt_tokens, generated_tokens)
 
 
-def _chunk(call: Call, choice: dict[str, Any]) -> bytes:
+Counts = Optional[tuple[int, int]]  # (prompt tokens, tokens generated so far)
+
+
+def _chunk(call: Call, choice: dict[str, Any], counts: Counts) -> bytes:
     body = {**_head(call, True), "choices": [choice]}
     if call.include_usage:
-        body["usage"] = None
+        body["usage"] = usage(*counts) if call.continuous_usage and counts is not None else None
     return sse.event(body)
 
 
-def completion_chunk(call: Call, text: str, finish: Optional[str] = None) -> bytes:
+def completion_chunk(call: Call, text: str, finish: Optional[str] = None, counts: Counts = None) -> bytes:
     """One streamed piece of a completion; `finish` on the last."""
-    return _chunk(call, {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish(finish)})
+    return _chunk(call, {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish(finish)}, counts)
 
 
-def chat_chunk(call: Call, delta_text: str, role_first: bool = False, finish: Optional[str] = None) -> bytes:
+def chat_chunk(call: Call, delta_text: str, role_first: bool = False, finish: Optional[str] = None,
+               counts: Counts = None) -> bytes:
     """One streamed piece of a chat answer. `role_first` on the first chunk (OpenAI's first chunk
     names the role, with content "" or the first text); `finish` on the last."""
     delta: dict[str, Any] = {"role": "assistant", "content": delta_text} if role_first else {}
     if delta_text and not role_first:
         delta["content"] = delta_text
-    return _chunk(call, {"index": 0, "delta": delta, "logprobs": None, "finish_reason": _finish(finish)})
+    return _chunk(call, {"index": 0, "delta": delta, "logprobs": None, "finish_reason": _finish(finish)}, counts)
 
 
-def chunk(call: Call, text: str, first: bool = False, finish: Optional[str] = None) -> bytes:
-    """The streamed piece for the call's endpoint (`first`: the stream's first chunk)."""
+def chunk(call: Call, text: str, first: bool = False, finish: Optional[str] = None, counts: Counts = None) -> bytes:
+    """The streamed piece for the call's endpoint (`first`: the stream's first chunk; `counts`: the
+    token counts so far, sent in every chunk when the call asked for continuous usage)."""
     if call.chat:
-        return chat_chunk(call, text, role_first=first, finish=finish)
-    return completion_chunk(call, text, finish)
+        return chat_chunk(call, text, role_first=first, finish=finish, counts=counts)
+    return completion_chunk(call, text, finish, counts)
 
 
 def stream_end(call: Call, prompt_tokens: int, generated_tokens: int) -> bytes:

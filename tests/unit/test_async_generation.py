@@ -77,7 +77,7 @@ def call_context(base: FakeContext, request_id: str, body: dict, headers=None) -
     context.__dict__.update(base.__dict__)
     context.request_ids = {0: request_id}
     context.headers = {0: {"Content-Type": "application/json", **(headers or {})}}
-    context.statuses, context.content_types = {}, {}
+    context.statuses, context.content_types, context.response_headers = {}, {}, {}
     return context
 
 
@@ -276,3 +276,19 @@ def test_a_request_the_engine_cannot_take_gets_its_500_and_the_loop_goes_on(tiny
     (odd, odd_ctx), (fine, fine_ctx) = asyncio.run(run())
     assert odd_ctx.statuses[0][0] == 500 and json.loads(odd)["code"] == 500
     assert not fine_ctx.statuses and json.loads(fine)["generated_tokens"] == 4
+
+
+@pytest.mark.parametrize("field", ["\u00e9", "a\r\nb", "\u4e2d\x00"])
+def test_a_refusal_of_any_characters_gets_a_printable_reason_phrase(tiny_lm, field):
+    """The frontend reads a reason phrase's length in characters and its bytes in UTF-8: a phrase
+    that is not one printable ASCII line would desynchronise it and silence the model."""
+    handler, base = handler_in(tiny_lm, "async")
+    body = {"model": "tiny_lm", "prompt": "A man is", "max_tokens": 2, field: 1}
+
+    async def run():
+        return await asyncio.wait_for(ask(handler, base, "odd", body, headers={"url_path": "v1/completions"}), 10)
+
+    answer, context = asyncio.run(run())
+    status, phrase = context.statuses[0]
+    assert status == 400 and all(32 <= ord(c) < 127 for c in phrase) and phrase
+    assert field in json.loads(answer)["error"]["message"]  # the body keeps the field's name as sent

@@ -286,3 +286,18 @@ def test_unsupported_embedding_requests_are_refused_naming_the_param(body, param
 def test_dimensions_are_refused_when_the_models_size_is_not_known():
     with pytest.raises(OpenAIError, match="cannot be shortened"):
         embed({"input": "a", "dimensions": 384})
+
+
+def test_continuous_usage_stats_puts_the_counts_so_far_in_every_chunk():
+    """What guidellm sends (vLLM's stream_options.continuous_usage_stats): each chunk's usage holds
+    the tokens generated so far; without include_usage it asks for nothing."""
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    call = completion_call(stream=True, stream_options=options)
+    assert call.continuous_usage
+    pieces = [chunk(call, "a", counts=(5, 1)), chunk(call, "b", counts=(5, 2)),
+              chunk(call, "", finish="length", counts=(5, 2)), stream_end(call, 5, 2)]
+    *text_chunks, last = shapes.decode_stream(pieces, shapes.CompletionChunk)
+    assert [c.usage.completion_tokens for c in text_chunks] == [1, 2, 2]
+    assert all(c.usage.prompt_tokens == 5 for c in text_chunks) and last.usage.total_tokens == 7
+    quiet = completion_call(stream=True, stream_options={"continuous_usage_stats": True})
+    assert not quiet.continuous_usage and b'"usage"' not in chunk(quiet, "a", counts=(5, 1))

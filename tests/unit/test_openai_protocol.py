@@ -154,8 +154,9 @@ def test_completion_fields_at_their_default_are_accepted(field, value):
     ({"stream": "yes"}, "stream", "invalid_type"),
     ({"stream_options": {"include_usage": True}}, "stream_options", None),  # without stream
     ({"stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage", "invalid_type"),
-    ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, "stream_options.continuous_usage_stats",
-     None),
+    ({"stream": True, "stream_options": {"continuous_usage_stats": "yes"}}, "stream_options.continuous_usage_stats",
+     "invalid_type"),
+    ({"stream": True, "stream_options": {"usage_every_n": 2}}, "stream_options.usage_every_n", None),
     ({"stream": True, "stream_options": True}, "stream_options", "invalid_type"),
     ({"max_tokens": 0}, "max_tokens", None),
     ({"max_tokens": 33}, "max_tokens", None),  # over the archive's max_new_tokens

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+import time
+
 import pytest
 
 from handlers.errors import ConfigError
@@ -120,3 +124,32 @@ def test_a_new_archive_version_never_gets_the_old_answers(tensor_cached):
     handler.version = "2.0"
     send(handler, context, [scan])
     assert computed == [1, 1]
+
+
+def test_a_body_the_cache_cannot_key_is_refused_alone(tensor_cached):
+    """A form with several fields and JSON nested past Python's recursion limit (TorchServe forwards
+    both as they came) are each refused for themselves; their batch-mates are answered."""
+    handler, context, _ = tensor_cached
+    scan, other = scans()
+    deep = b"[" * 100_000 + b"]" * 100_000
+    answers = handler.handle([{"body": scan}, {"a": b"1", "b": b"2"}, {"body": deep}, {"body": other}],
+                             _with_headers(context, 4))
+    assert {idx: status for idx, (status, _) in context.statuses.items()} == {1: 400, 2: 400}
+    assert re.search("nest|depth", json.loads(answers[2])["message"])
+    assert all("code" not in json.loads(answers[idx]) for idx in (0, 3)) and answers[0] != answers[3]
+
+
+def test_a_repeat_is_answered_by_its_own_deadline_not_its_twins(tensor_cached):
+    handler, context, computed = tensor_cached
+    scan, _ = scans()
+    long_ago = str(int(time.time() * 1000) - 30_000)
+    context = _with_headers(context, 3, {0: {"X-Request-Timeout-Ms": "5", "X-Request-Start-Ms": long_ago}})
+    answers = handler.handle([{"body": scan}] * 3, context)
+    assert {idx: status for idx, (status, _) in context.statuses.items()} == {0: 504}
+    assert answers[1] == answers[2] and "code" not in json.loads(answers[1]) and computed == [1]
+
+
+def _with_headers(context, n, extra=None):
+    context.headers = {i: {"Content-Type": "application/json", **((extra or {}).get(i, {}))} for i in range(n)}
+    context.statuses.clear()
+    return context
