@@ -133,6 +133,29 @@ def invalid_images() -> list[Case]:
         _bad("png declares 100000x1 with no data", declared_png(100000, 1, data=b""), words="truncated"),
         _bad("multipart with two fields", form_jpeg, 400, "single form field", form_type),
         _bad("image/png label on words", b"definitely not a png", words=NOT_IMAGE, content_type="image/png"),
+        *costly_containers(),
+    ]
+
+
+def costly_containers() -> list[Case]:
+    """Small files whose structure would cost PIL or libjpeg seconds: repeated progressive scans,
+    thousands of empty PNG chunks, JPEG markers or junk before the first scan."""
+    progressive = encode(Image.new("RGB", (2000, 2000)), "JPEG", progressive=True)  # its last scan: 14 bytes
+    end = progressive.rindex(b"\xff\xd9")
+    last_scan = progressive[progressive.rindex(b"\xff\xda"):end]
+    small = encode(photo().resize((64, 48)), "PNG")
+    idat = small.index(b"IDAT") - 4
+    jpeg = encode(photo().resize((64, 48)), "JPEG")
+    return [
+        _bad("progressive 4 MP jpeg repeating a scan 1000 times", progressive[:end] + last_scan * 1000 + progressive[end:],
+             words="scans"),
+        _bad("png with 100000 empty chunks before its pixels", small[:idat] + chunk(b"abCd", b"") * 100_000
+             + small[idat:], words="chunks"),
+        _bad("png with 100000 empty pixel chunks", small[:-12] + chunk(b"IDAT", b"") * 100_000 + small[-12:],
+             words="chunks"),
+        _bad("jpeg with 100000 comment markers", jpeg[:2] + b"\xff\xfe\x00\x02" * 100_000 + jpeg[2:], words="markers"),
+        _bad("jpeg with 1 MB of junk between its markers", jpeg[:2] + b"\xff\xfe\x00\x02" + b"\x00" * 1_000_000 + jpeg[2:],
+             words="junk"),
     ]
 
 

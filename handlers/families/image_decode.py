@@ -16,6 +16,7 @@ from PIL import Image
 
 from handlers.errors import BadInput, PayloadTooLarge, UnsupportedMediaType
 from handlers.families.image_settings import ImageSettings
+from handlers.families.image_structure import check_structure
 
 FORMATS = ("JPEG", "PNG")
 # Everything PIL raises for a corrupt or truncated file, found by fuzzing its JPEG/PNG readers.
@@ -34,6 +35,7 @@ def image_bytes(body, settings: ImageSettings) -> bytes:
 
 def open_checked(data: bytes, settings: ImageSettings) -> Image.Image:
     """Open (header only) and check dimensions before any pixel is decoded."""
+    check_structure(data, settings)  # before PIL walks the file's structure
     try:
         image = Image.open(io.BytesIO(data), formats=FORMATS)
     except Image.DecompressionBombError:

@@ -22,11 +22,16 @@ class ImageSettings:
     top_k: int = 5
     max_body_bytes: int = 16 * 1024 * 1024
     max_image_pixels: int = 40_000_000
+    # Scans in a JPEG (progressive ones have about 10): each is a pass over every pixel's coefficients.
+    max_jpeg_scans: int = 32
+    # PNG chunks, or JPEG markers and junk bytes before the first scan: PIL reads each in Python.
+    max_image_segments: int = 4096
     draft_decode: bool = True  # JPEG: DCT-scaled decoding straight to about the target size
 
     def __post_init__(self) -> None:
         where = "image_classifier"
-        for name in ("image_size", "top_k", "max_body_bytes", "max_image_pixels"):
+        for name in ("image_size", "top_k", "max_body_bytes", "max_image_pixels", "max_jpeg_scans",
+                     "max_image_segments"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
         if self.resize_size < self.image_size:
