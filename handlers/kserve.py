@@ -10,8 +10,13 @@ family's answers back into the request's protocol. Nothing here names a family: 
 is its declared `input_kind` (handlers/families/base.py).
 
 A request is KServe when it came through a KServe route AND its body is a JSON object with
-`instances` (v1) or `inputs` (v2); anything else is a /predictions request, answered exactly as
-before. The route shows in the headers only: the frontend adds `explain` on the KServe routes AND on
+`instances` (v1) or `inputs` (v2); a JSON object without them is a /predictions request, answered
+exactly as before, and a body that is no JSON object at all is refused there (never read as some
+family's text or bytes). An `Inference-Header-Content-Length` header marks the Open Inference
+Protocol's binary tensor extension (handlers/binary_tensors.py): the JSON header is read from the
+body's first bytes, binary tensors from the rest, and binary outputs are sent when asked for.
+
+The route shows in the headers only: the frontend adds `explain` on the KServe routes AND on
 /predictions and /explanations (handlePredictions), and `url_path` on these two only. So `explain`
 without `url_path` is a KServe route; `explain` alone would take the tensor family's own
 /predictions form `{"inputs": <nested list>}` for a v2 envelope.
@@ -31,13 +36,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from handlers import binary_tensors
 from handlers.encoding import JSON, json_bytes
-from handlers.errors import BadInput, HandlerError, PayloadTooLarge
-
-# Instances per HTTP request. Every instance is an item of the batch's single forward pass, so one
-# request may multiply the batch TorchServe formed (batchSize counts requests, not instances): this
-# bounds that, together with the family's own limits on each instance.
-MAX_INSTANCES = 64
+from handlers.errors import BadInput, HandlerError, UnsupportedMediaType
+from handlers.limits import check_instances
 
 TEXT = "text/plain"
 BINARY = "application/octet-stream"
@@ -48,6 +50,7 @@ NUMERIC = {
     "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
 }
 DATATYPES = ("BYTES", *NUMERIC)
+OUTPUT = "output-0"  # the one output tensor of every answer
 
 
 @dataclass(frozen=True)
@@ -79,15 +82,30 @@ def unwrap(body: Any, headers: Optional[Mapping[str, Any]], input_kind: str) -> 
     Raises BadInput naming the field when the envelope itself is malformed."""
     if not from_kserve_route(headers):
         return None
-    payload = _json_object(body)
+    encoding = header(headers, "content-encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        raise UnsupportedMediaType(f"Content-Encoding: {encoding[:40]!r}: compressed request bodies are not "
+                                   "supported (TorchServe passes them on compressed); send it uncompressed")
+    declared = header(headers, binary_tensors.HEADER.lower())
+    if declared is not None:  # the binary tensor extension: a JSON header, then raw tensor bytes
+        payload, tail = binary_tensors.split(body, declared)
+        if "inputs" not in payload:
+            raise BadInput(f'{binary_tensors.HEADER}: binary tensors are an Open Inference Protocol v2 request\'s: '
+                           'its JSON header needs "inputs"')
+    else:
+        payload, tail = _json_object(body), None
     if payload is None:
+        if isinstance(body, (bytes, bytearray, str, list)):  # never read as some family's text or bytes
+            raise BadInput('body: a KServe route takes a JSON object, {"instances": [...]} (v1) or {"inputs": [...]} '
+                           f"(Open Inference Protocol v2; binary tensors follow a JSON header whose length is in "
+                           f"the {binary_tensors.HEADER} request header)")
         return None
     if "instances" in payload and "inputs" in payload:
         raise BadInput('send either "instances" (KServe v1) or "inputs" (Open Inference Protocol v2), not both')
     if "instances" in payload:
         return _v1(payload["instances"], input_kind)
     if "inputs" in payload:
-        return _v2(payload, input_kind)
+        return _v2(payload, input_kind, tail)
     return None
 
 
@@ -112,18 +130,12 @@ def _json_object(body: Any) -> Optional[dict]:
     return parsed if isinstance(parsed, dict) else None
 
 
-def _count(n: int, field: str) -> None:
-    if n > MAX_INSTANCES:
-        raise PayloadTooLarge(f"{field}: {n} instances, over the limit of {MAX_INSTANCES} per request "
-                              "(handlers/kserve.py MAX_INSTANCES): split the request")
-
-
 # ---- KServe v1 ------------------------------------------------------------------------------
 def _v1(instances: Any, input_kind: str) -> Envelope:
     if not isinstance(instances, list) or not instances:
         got = "an empty list" if isinstance(instances, list) else type(instances).__name__
         raise BadInput(f"instances: a non-empty list of instances, got {got}")
-    _count(len(instances), "instances")
+    check_instances(len(instances), "instances")
     return Envelope("v1", tuple(_v1_instance(inst, f"instances[{i}]", input_kind) for i, inst in enumerate(instances)))
 
 
@@ -150,22 +162,21 @@ def _b64(value: Any, where: str) -> bytes:
 
 
 # ---- Open Inference Protocol v2 ---------------------------------------------------------------
-def _v2(payload: dict, input_kind: str) -> Envelope:
+def _v2(payload: dict, input_kind: str, tail: Optional[memoryview] = None) -> Envelope:
+    """`tail`: the bytes after the JSON header of a binary-tensor request (None: a JSON body)."""
     request_id = payload.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise BadInput(f"id: a string, got {type(request_id).__name__}")
-    if "parameters" in payload and not isinstance(payload["parameters"], dict):
+    parameters = payload.get("parameters", {})
+    if not isinstance(parameters, dict):
         raise BadInput("parameters: a JSON object")
+    binary_default = binary_tensors.check_request_parameters(parameters)
     inputs = payload["inputs"]
     if not isinstance(inputs, list) or not inputs:
         got = "an empty list" if isinstance(inputs, list) else type(inputs).__name__
         raise BadInput(f"inputs: a non-empty list of input tensors, got {got}")
-    if len(inputs) != 1:
-        raise BadInput(f"inputs: exactly one input tensor, got {len(inputs)}")
-    tensor = inputs[0]
-    if not isinstance(tensor, dict):
-        raise BadInput(f"inputs[0]: an object with name, shape, datatype and data, got {type(tensor).__name__}")
-    for key in ("name", "shape", "datatype", "data"):
+    tensor = _one_object(inputs, "inputs", "input tensor", "name, shape, datatype and data")
+    for key in ("name", "shape", "datatype"):
         if key not in tensor:
             raise BadInput(f"inputs[0].{key}: missing")
     if not isinstance(tensor["name"], str):
@@ -176,18 +187,86 @@ def _v2(payload: dict, input_kind: str) -> Envelope:
         raise BadInput(f"inputs[0].shape: a non-empty list of non-negative integers, got {shape!r}"[:200])
     if shape[0] < 1:
         raise BadInput(f"inputs[0].shape: {shape}: the first dimension counts the instances, at least 1")
-    _count(shape[0], "inputs[0].shape[0]")
+    check_instances(shape[0], "inputs[0].shape[0]")
     datatype = tensor["datatype"]
     if datatype not in DATATYPES:
         raise BadInput(f"inputs[0].datatype: {datatype!r} is not one of {list(DATATYPES)}"[:300])
-    data = tensor["data"]
-    if not isinstance(data, list):
-        raise BadInput(f"inputs[0].data: a list, got {type(data).__name__}")
-    if datatype == "BYTES":
-        bodies = _v2_bytes(data, shape, input_kind)
+    raw = _binary_data(tensor, tail)
+    if raw is not None:
+        bodies = _v2_binary(raw, shape, datatype, input_kind)
+    elif "data" not in tensor:
+        raise BadInput("inputs[0].data: missing")
+    elif not isinstance(tensor["data"], list):
+        raise BadInput(f"inputs[0].data: a list, got {type(tensor['data']).__name__}")
+    elif datatype == "BYTES":
+        bodies = _v2_bytes(tensor["data"], shape, input_kind)
     else:
-        bodies = _v2_numbers(data, shape, datatype, input_kind)
-    return Envelope("v2", bodies, request_id)
+        bodies = _v2_numbers(tensor["data"], shape, datatype, input_kind)
+    binary_output = _binary_output(payload.get("outputs"), binary_default)
+    return Envelope("v2", bodies, request_id, MappingProxyType({"binary_output": binary_output}))
+
+
+def _binary_data(tensor: dict, tail: Optional[memoryview]) -> Optional[memoryview]:
+    """The input's raw bytes when it is sent as binary data (its JSON has no "data")."""
+    size = binary_tensors.binary_size(binary_tensors.check_tensor_parameters(tensor.get("parameters"), "inputs[0]"),
+                                      "inputs[0]")
+    if size is None:
+        if tail is not None and len(tail):
+            raise BadInput(f"{binary_tensors.HEADER}: {len(tail)} bytes follow the JSON header, but no input "
+                           "declares parameters.binary_data_size")
+        return None
+    if tail is None:
+        raise BadInput(f"inputs[0].parameters.binary_data_size: binary data needs the {binary_tensors.HEADER} "
+                       "request header (the length of the JSON header that precedes it)")
+    if "data" in tensor:
+        raise BadInput('inputs[0]: both "data" and parameters.binary_data_size: send the values one way')
+    if size != len(tail):
+        raise BadInput(f"inputs[0].parameters.binary_data_size: {size}, but {len(tail)} bytes follow the JSON header")
+    return tail
+
+
+def _binary_output(outputs: Any, default: bool) -> bool:
+    """Whether the answer goes out as binary data. Its one output is "output-0"; a request may name it."""
+    if outputs is None or outputs == []:
+        return default
+    if not isinstance(outputs, list):
+        raise BadInput(f"outputs: a list of requested outputs, got {type(outputs).__name__}")
+    output = _one_object(outputs, "outputs", f'requested output ("{OUTPUT}")', "a name")
+    if output.get("name") != OUTPUT:
+        raise BadInput(f'outputs[0].name: {output.get("name")!r}: this model\'s only output is "{OUTPUT}"'[:200])
+    return binary_tensors.wants_binary(output, "outputs[0]", default)
+
+
+def _one_object(items: list, field: str, what: str, holding: str) -> dict:
+    """The list's one element, an object."""
+    if len(items) != 1:
+        raise BadInput(f"{field}: exactly one {what}, got {len(items)}")
+    if not isinstance(items[0], dict):
+        raise BadInput(f"{field}[0]: an object with {holding}, got {type(items[0]).__name__}")
+    return items[0]
+
+
+def _v2_binary(raw: memoryview, shape: list[int], datatype: str, input_kind: str) -> tuple[tuple[Any, str], ...]:
+    """Binary data: BYTES as one element per instance, numbers as n instances of shape[1:]."""
+    if datatype != "BYTES":
+        if input_kind != "tensor":
+            raise BadInput(f"inputs[0].datatype: {datatype}: this model takes BYTES (one string per instance)")
+        array = binary_tensors.numbers(raw, shape, np.dtype(NUMERIC[datatype]), datatype, "inputs[0]")
+        return _instances(array.reshape(shape[0], -1), shape)
+    if math.prod(shape) != shape[0]:
+        raise BadInput(f"inputs[0].shape: {shape}: BYTES takes one string per instance, shape [n]")
+    bodies = []
+    for i, value in enumerate(binary_tensors.strings(raw, shape[0], "inputs[0]")):
+        if input_kind == "bytes":
+            bodies.append((value, BINARY))
+        elif input_kind == "text":
+            try:
+                bodies.append((value.decode("utf-8"), TEXT))
+            except UnicodeDecodeError:
+                raise BadInput(f"inputs[0]: element {i} is not UTF-8 text") from None
+        else:  # a family that reads JSON: each element is one instance's JSON body
+            bodies.append((value, JSON))
+    return tuple(bodies)
 
 
 def _flat(data: list, depth: int = 0) -> list[Any]:
@@ -232,9 +311,13 @@ def _v2_numbers(data: list, shape: list[int], datatype: str, input_kind: str) ->
         raise BadInput(f"inputs[0].data: holds something that is not a number ({datatype})")
     if array.size != math.prod(shape):
         raise BadInput(f"inputs[0].shape: {shape} holds {math.prod(shape)} values, data has {array.size}")
-    array = _as_datatype(array.reshape(shape[0], -1), datatype)
+    return _instances(_as_datatype(array.reshape(shape[0], -1), datatype), shape)
+
+
+def _instances(rows: np.ndarray, shape: list[int]) -> tuple[tuple[Any, str], ...]:
+    """n rows, each one instance in the tensor JSON form {"data": [flat], "shape": shape[1:]}."""
     item_shape = list(shape[1:])
-    return tuple(({"data": row, "shape": item_shape}, JSON) for row in array.tolist())
+    return tuple(({"data": row, "shape": item_shape}, JSON) for row in rows.tolist())
 
 
 def _as_datatype(array: np.ndarray, datatype: str) -> np.ndarray:
@@ -268,12 +351,29 @@ def wrap(envelope: Envelope, answers: list[Any], model_name: str) -> dict:
         return {"predictions": answers}
     vectors = [_vector(answer) for answer in answers]
     if all(v is not None for v in vectors) and len({len(v) for v in vectors}) == 1:
-        output = {"name": "output-0", "shape": [len(vectors), len(vectors[0])], "datatype": "FP32",
+        output = {"name": OUTPUT, "shape": [len(vectors), len(vectors[0])], "datatype": "FP32",
                   "data": [x for v in vectors for x in v]}
     else:
-        output = {"name": "output-0", "shape": [len(answers)], "datatype": "BYTES",
+        output = {"name": OUTPUT, "shape": [len(answers)], "datatype": "BYTES",
                   "data": [json_bytes(answer).decode("utf-8") for answer in answers]}
     return {"model_name": model_name, "id": envelope.request_id or str(uuid.uuid4()), "outputs": [output]}
+
+
+def encoded(envelope: Envelope, answers: list[Any], model_name: str) -> tuple[bytes, str, dict[str, str]]:
+    """The answer's body, content type and response headers: JSON, or with binary outputs when asked."""
+    answer = wrap(envelope, answers, model_name)
+    if not envelope.extra.get("binary_output"):
+        return json_bytes(answer), JSON, {}
+    tensors = []
+    for output in answer["outputs"]:
+        data = output.pop("data")
+        if output["datatype"] == "FP32":
+            tensors.append(np.asarray(data, dtype="<f4").tobytes())
+        else:
+            tensors.append(binary_tensors.serialized_strings([s.encode("utf-8") for s in data]))
+        output["parameters"] = {"binary_data_size": len(tensors[-1])}
+    body, headers = binary_tensors.response(json_bytes(answer), tensors)
+    return body, binary_tensors.BINARY, headers
 
 
 def _vector(answer: Any) -> Optional[list]:

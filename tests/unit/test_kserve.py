@@ -22,7 +22,8 @@ import pytest
 from PIL import Image
 
 from handlers import kserve
-from handlers.kserve import MAX_INSTANCES, Envelope
+from handlers.kserve import Envelope
+from handlers.limits import MAX_INSTANCES
 from tests.tiny import TEXT_WIDTH
 
 from .conftest import encode, make_handler
@@ -47,6 +48,8 @@ class Req:
 class Answer:
     status: int
     raw: bytes
+    content_type: str = ""
+    headers: Any = None  # the response headers the handler set
 
     @property
     def json(self):
@@ -55,9 +58,10 @@ class Answer:
 
 def run(handler, context, batch: list[Req]) -> list[Answer]:
     context.headers = {i: r.headers for i, r in enumerate(batch)}
-    context.statuses = {}
+    context.statuses, context.content_types, context.response_headers = {}, {}, {}
     raw = handler.handle([{"body": r.body} for r in batch], context)
-    answers = [Answer(context.statuses.get(i, (200, ""))[0], raw[i]) for i in range(len(batch))]
+    answers = [Answer(context.statuses.get(i, (200, ""))[0], raw[i], context.content_types.get(i, ""),
+                      context.get_response_headers(i)) for i in range(len(batch))]
     context.headers, context.statuses = {}, {}
     return answers
 
@@ -237,7 +241,7 @@ BAD = {
         (v2("BYTES", [1], ["a"], id=7), 400, "id: a string"),
         (v1([{"text": "fine"}, {"txt": "x"}]), 400, 'instances[1]: JSON body has no "text" field'),
         (v1(["fine", "   "]), 400, "instances[1]: text is empty"),
-        (v1([{"text": "x" * (1024 * 1024 + 1)}]), 413, "instances[0]: text is 1048577 bytes"),
+        (v1([{"text": "x" * (1024 * 1024 + 1)}]), 413, "over the limit of 1048576"),
         (v2("BYTES", [2], ["fine", ""]), 400, "instances[1]: text is empty"),
     ],
     "tiny_image": [
