@@ -149,3 +149,25 @@ def test_a_mixed_batch_is_answered_as_each_alone(tiny_dirs):
             np.testing.assert_allclose(list(a["quantiles"].values()), list(b["quantiles"].values()), rtol=1e-6)
     assert [len(s["quantiles"]["p50"]) for s in together[2]["series"]] == [settings.horizon, 2]
     assert len(together[0]["alerts"]) == 1
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"history": HISTORY[:-1] + [1e39]}, 400, "history[7]: 1e+39 overflows float32"),  # was: 200, null quantiles
+    ({"series": [{"history": HISTORY}, {"history": [1e39] + HISTORY[1:]}]}, 400, "series[1].history[0]: 1e+39"),
+    ({"history": HISTORY[:-1] + [True]}, 400, "history[7]: true/false"),  # was: 200, true read as 1.0
+    ({"history": [True] * 8}, 400, "history: true/false"),
+    ({"history": HISTORY, "thresholds": [True, 5.0]}, 400, "thresholds[0]: true/false"),  # was: 200, echoed true
+    ({"history": HISTORY, "pad": "x" * (8 * 1024 * 1024)}, 413, "over the limit of 8388608"),  # was: 400 "pad"
+    ({"history": HISTORY, "pad": json.loads("[" * 100 + "]" * 100)}, 400, "nested"),  # 100 levels deep
+])
+def test_hostile_requests_fail_alone(tiny_dirs, body, status, words):
+    """The parsed body TorchServe hands over: a 4xx naming the field (never a 200 with null
+    quantiles), its batch-mate answered as alone."""
+    handler, context = make_handler(tiny_dirs["tiny_forecast"], "tiny_forecast", batch_size=2)
+    good = {"history": [300.0 + i for i in range(8)]}
+    alone = run(handler, context, [good])[0]
+    context.headers = {0: {"Content-Type": "application/json"}, 1: {"Content-Type": "application/json"}}
+    context.statuses = {}
+    answers = [json.loads(a) for a in handler.handle([{"body": body}, {"body": good}], context)]
+    assert context.statuses.get(0, (200,))[0] == status and words in answers[0]["message"], answers[0]
+    assert 1 not in context.statuses and answers[1] == alone

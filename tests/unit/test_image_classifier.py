@@ -2,12 +2,16 @@
 a batch answered alone, stage metrics. What ImageNet weights make of real photos: tests/archives."""
 
 import io
+import time
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from handlers.families import FAMILIES
+from handlers.errors import BadInput
+from handlers.families import FAMILIES, image_bytes, image_cases
+from handlers.families.image_decode import decode_image
+from handlers.families.image_settings import ImageSettings
 from tests.references import decoded
 from tests.tiny import LABELS
 
@@ -119,3 +123,24 @@ def test_stage_metrics_emitted(served, photos):
     for stage in ("HandlerPreprocessMs", "HandlerInferenceMs", "HandlerPostprocessMs"):
         assert names[stage][0] > 0
     assert names["HandlerBatches"][1]["BatchSize"] == "3" and names["HandlerItems"][0] == 3
+
+
+@pytest.mark.parametrize("case", image_cases.costly_containers(), ids=lambda case: case.name)
+def test_containers_that_cost_seconds_to_parse_are_refused_at_once(case):
+    """Was: 200 after 0.2-5 s of PIL / libjpeg work for files of 40 KB to 2 MB (seconds per
+    megabyte: 16 MB of empty PNG chunks cost ~14 s); now refused from the bytes before PIL parses them."""
+    started = time.perf_counter()
+    with pytest.raises(BadInput, match=case.words):
+        decode_image(case.body, ImageSettings())
+    assert time.perf_counter() - started < 0.1
+
+
+def test_a_progressive_jpeg_with_a_thumbnail_and_profile_is_decoded():
+    """Real files carry a few dozen segments and about 10 scans (an EXIF thumbnail's included)."""
+    photo_ = image_bytes.photo().resize((320, 240))
+    thumbnail = image_bytes.encode(photo_.resize((80, 60)), "JPEG")
+    exif = Image.Exif()
+    exif[0x010F] = "camera"
+    body = image_bytes.encode(photo_, "JPEG", progressive=True, exif=exif.tobytes(), icc_profile=b"\0" * 200_000,
+                              comment=thumbnail)
+    assert decode_image(body, ImageSettings()).shape == (224, 224, 3)

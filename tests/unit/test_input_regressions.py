@@ -47,7 +47,10 @@ def test_integer_over_python_digit_limit_is_malformed_json():
 
 @pytest.mark.parametrize("body, ctype", [("a" * (1024 * 1024 + 1), "text/plain"),
                                          ({"text": "b" * (1024 * 1024 + 1)}, "application/json"),
-                                         ("\u00e9" * (512 * 1024 + 1), "text/plain")])
+                                         ("\u00e9" * (512 * 1024 + 1), "text/plain"),
+                                         # was: 200, only the text measured
+                                         ({"text": "short", "pad": "d" * (1024 * 1024)}, "application/json"),
+                                         ({"text": "short", "pad": ["e" * 1023] * 1025}, "application/json")])
 def test_size_limit_applies_to_bodies_torchserve_decoded(body, ctype):
     """Was: TorchServe decodes text/* and JSON bodies before the handler, so the byte limit never ran."""
     with pytest.raises(PayloadTooLarge, match="over the limit of 1048576"):

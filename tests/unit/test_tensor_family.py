@@ -123,3 +123,35 @@ def test_an_error_no_check_foresaw_is_that_requests_500(tiny, monkeypatch, caplo
     assert context.statuses[0][0] == 500 and answers[0]["code"] == 500 and 1 not in context.statuses
     assert answers[1] == expected
     assert "unexpected error decoding request 0" in caplog.text and "KeyError" in caplog.text
+
+
+def _npy_declaring(shape: str) -> bytes:
+    return npy(np.zeros((1, 4, 4), np.float32)).replace(b"(1, 4, 4)", shape.encode())
+
+
+DEEP = SCAN.tolist()
+for _ in range(900):  # what TorchServe's own parse still hands over as a dict
+    DEEP = [DEEP]
+
+
+@pytest.mark.parametrize("body, content_type, status, words", [
+    (npy(SCAN.astype(np.complex64) + 1j), NPY, 400, "complex"),  # was: 200 without the imaginary parts
+    (npy(SCAN.astype("<U4")), NPY, 400, "strings"),  # was: 200, the strings parsed as numbers
+    (npy(np.zeros((1, 4, 4), "V4")), NPY, 400, "void"),  # was: 500 (ValueError)
+    (_npy_declaring("(1000000, 1000000)"), NPY, 400, "elements"),  # was: 500 (MemoryError: 3.6 TiB)
+    ({"inputs": np.ones((1, 4, 4), bool).tolist()}, "application/json", 400, "true/false"),  # was: 200 as 1.0
+    ({"inputs": (SCAN.astype(np.float64) * 1e38).tolist()}, "application/json", 400, "overflows float32"),  # was: 200 on infinities
+    ({"inputs": SCAN.tolist(), "pad": "x" * (17 * 1024 * 1024)}, "application/json", 413, "over the limit"),
+    ({"inputs": DEEP}, "application/json", 400, "nested"),  # was: 400 "ragged nesting"
+])
+def test_hostile_requests_fail_alone(tiny, body, content_type, status, words):
+    """Each a 4xx naming what is wrong, its batch-mate answered as alone (the hostile forms a client
+    sends to the digits model: tests/unit/test_arrays.py holds the properties)."""
+    handler, context = tiny
+    good = json.dumps({"inputs": SCAN.tolist()}).encode()
+    expected = answer(handler, context, good, "application/json")
+    context.headers = {0: {"Content-Type": content_type}, 1: {"Content-Type": "application/json"}}
+    context.statuses = {}
+    answers = decoded(handler.handle([{"body": body}, {"body": worker_input(good, "application/json")}], context))
+    assert context.statuses.get(0, (200,))[0] == status and words in answers[0]["message"], answers[0]
+    assert 1 not in context.statuses and answers[1] == expected
