@@ -39,7 +39,10 @@ def grpc_body(family: str, body: bytes, content_type: str) -> bytes:
     if cls.input_kind == "tensor" and media == NPY:
         import numpy as np
 
-        array = np.load(io.BytesIO(bytes(body)), allow_pickle=False)
-        return json.dumps({"inputs": array.tolist()}).encode("utf-8")
+        try:
+            array = np.load(io.BytesIO(bytes(body)), allow_pickle=False)
+            return json.dumps({"inputs": array.tolist()}).encode("utf-8")
+        except (ValueError, OSError, EOFError, TypeError, MemoryError) as err:  # no JSON form: complex, void, a lying header
+            raise ValueError(f"{family}: this .npy has no JSON form to send over gRPC ({err})"[:300]) from None
     raise ValueError(f"{family}: a {content_type or 'type-less'} body has no gRPC form (gRPC carries no Content-Type; "
                      f"send {cls.request_content_type})")

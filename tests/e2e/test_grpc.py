@@ -6,7 +6,8 @@ the form its family reads without a Content-Type (serving/grpc_forms.py); a requ
 refuses arrives as an OK call carrying the handler's error body (the client raises HandlerRefused);
 a missing or wrong key is refused; a streamed generation in async mode is the REST stream, a line
 per message. And what gRPC cannot do, each shown: carry the Content-Type or any other header, say
-404, generate in step mode, stream an answer sent in one piece without losing the worker.
+404, generate in step mode. StreamPredictions of an answer sent in one piece is that answer, one
+message, and costs no worker.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import shlex
 import subprocess
 import sys
-import time
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -250,16 +251,17 @@ def test_the_one_liner_make_serve_prints_answers_as_rest_does(ts):
     assert proc.stdout.rstrip("\n") == rest_bytes(ts, EMBEDDER, example.body, example.content_type).decode("utf-8")
 
 
-def test_streampredictions_of_a_single_answer_kills_the_worker(ts, client):
-    """Last: it costs a worker. A response without `ts_stream_next` (any model that answers once)
-    makes GRPCJob.response throw a NullPointerException inside the frontend's worker thread: the
-    call ends INTERNAL "Worker died." and TorchServe starts a new worker."""
-    with pytest.raises(ValueError, match="stream"):
-        next(client.stream_predict(EMBEDDER, "A man is eating food."))  # the client refuses before sending
-    with pytest.raises(grpc.RpcError) as err:
-        list(client.stream_predict(EMBEDDER, "A man is eating food.", timeout_s=30, any_body=True))
-    assert err.value.code() == grpc.StatusCode.INTERNAL and error_message(err.value) == "Worker died."
-    deadline = time.monotonic() + 90
-    while ts.client.ready_workers(EMBEDDER) < 1 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert client.predict(EMBEDDER, "A man is eating food.")
+def test_streampredictions_of_a_single_answer_is_that_answer_and_costs_no_worker(ts, client):
+    """TorchServe 0.12's GRPCJob reads `ts_stream_next` on every answer to StreamPredictions and
+    threw inside the frontend's worker thread when it was absent (any model that answers once): the
+    worker died and its REST batch-mates got 500. Every gRPC answer is now marked as its request's
+    last (handlers/answers.py close_replies): one message, the REST answer, the same worker."""
+    text = "A man is eating food."
+    before = ts.client.worker_pids(EMBEDDER)
+    expected = rest_bytes(ts, EMBEDDER, text.encode(), "text/plain")
+    with ThreadPoolExecutor(4) as pool:  # REST batch-mates sent beside it
+        mates = [pool.submit(ts.predict, EMBEDDER, f"{text} {i}".encode(), "text/plain") for i in range(3)]
+        messages = list(client.stream_predict(EMBEDDER, text, timeout_s=30, any_body=True))
+        assert all(mate.result().status_code == 200 for mate in mates)
+    assert messages == [expected]
+    assert ts.client.worker_pids(EMBEDDER) == before
