@@ -123,6 +123,15 @@ def test_image_any_bytes(body):
     check_image(body)
 
 
+@FUZZ
+@given(start=st.sampled_from([b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff"]), body=st.binary(max_size=2048),
+       markers=st.lists(st.sampled_from([b"\xff\xda", b"\xff\xfe\x00\x02", b"\x00\x00\x00\x00IEND", b"\xff"]),
+                        max_size=8))
+def test_image_any_structure_after_a_signature(start, body, markers):
+    """The container walks (PNG chunks, JPEG markers) on anything that starts like an image."""
+    check_image(start + b"".join(markers) + body)
+
+
 SEEDS = {fmt: encode(photo().resize((96, 64)), fmt) for fmt in ("JPEG", "PNG")}
 
 
