@@ -1,17 +1,21 @@
 """Stage an entry's files and package them with torch-model-archiver's Python API.
 
 Every archive runs the same handler (handlers/handler.py, the request loop) with the handlers
-package beside it; the entry's family, settings and source go into its model-config.yaml.
+package beside it; the entry's family, settings and source go into its model-config.yaml. A gated
+variant also carries its self-check (handlers/self_check.py): a few held-out inputs and fp32's
+outputs for them, on which the worker checks the variant again on the machine that serves it.
 
 Incremental: a content hash of every input (catalogue entry, handler package, the model's source
 files and weights, extra files, tool versions) is recorded per archive; an unchanged archive is not
-rebuilt. A new archive is written next to the store and moved in only when complete, so a failed
+rebuilt (the CPU's int8 instructions count among the inputs: the gate's verdict is this host's).
+A new archive is written next to the store and moved in only when complete, so a failed
 build leaves the old one intact.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -34,8 +38,8 @@ from build.held_out import separation
 from build.sources import TorchScriptFile
 from build.speed import SECONDS, inprocess_speed
 from build.variants import Variant
-from handlers import runtime
-from handlers.settings import SERIALISED_GRAPHS
+from handlers import runtime, self_check
+from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
 
 STATE_FILE = ".build-state.json"
 HANDLERS = Path(handlers.__file__).resolve().parent  # the package every archive carries
@@ -91,6 +95,8 @@ def input_hash(entry_raw, root: Path, sources: Iterable[Path], extras: Iterable[
     digest.update(f"torch={torch.__version__} archiver={archiver_version}".encode())
     # A TorchScript graph is traced at the precision this CPU runs natively: another CPU, another graph.
     digest.update(f"native bf16={runtime.cpu_supports(torch.bfloat16)} fp16={runtime.cpu_supports(torch.float16)}".encode())
+    # Which int8 kernels run (VNNI or not) moves an int8 variant's answers: the gate's verdict is per host.
+    digest.update(f"int8={','.join(self_check.int8_features())}".encode())
     for path in [*handler_package_files(), *sources, *extras]:
         digest.update(str(path.name).encode())
         with open(path, "rb") as handle:
@@ -242,10 +248,34 @@ class _Judge:
         if self.reference_outputs is None:
             self.progress(f"  {self.entry.name}: fp32 eager reference on {len(self.inputs)} gate input(s)")
             self.reference_outputs = gate.run_outputs(self.model(family), family, self.inputs)
-        rt = settings.runtime
-        dtype = None if rt.graph in SERIALISED_GRAPHS else runtime.resolve_precision(rt.precision, torch.device("cpu"))
-        outputs = gate.run_outputs(candidate, family, self.inputs, dtype)
+        outputs = gate.run_outputs(candidate, family, self.inputs, _autocast_dtype(settings))
         return gate.judge(family.gate_kind(), self.entry.gate, self.reference_outputs, outputs, self.inputs)
+
+    def self_check(self, variant: Variant, family, candidate, settings: HandlerSettings,
+                   verdict: gate.Verdict) -> tuple[self_check.SelfCheck, self_check.Agreement]:
+        """The archive's self-check (the held-out inputs where this variant came nearest to the bound,
+        fp32's outputs for them) and what it measures on this host, run as the worker will run it."""
+        chosen = gate.self_check_inputs(verdict, self.inputs, self.entry.gate.self_check)
+        packed = tuple(self_check.Packed(item.name, item.content_type, item.body) for item in chosen)
+        reference = self_check.outputs(packed, family, _forward(self.model(family), family, None))
+        check = self_check.SelfCheck(self.entry.name, variant.name, family.gate_kind(), self.entry.gate.bounds, packed,
+                                     reference, self_check.host(), 0.0)
+        found = check.measure(family, _forward(candidate, family, _autocast_dtype(settings)))
+        return dataclasses.replace(check, build_figure=found.figure), found
+
+
+def _autocast_dtype(settings: HandlerSettings) -> Optional[torch.dtype]:
+    """The autocast the worker runs the variant under (none for graphs that carry their precision)."""
+    rt = settings.runtime
+    return None if rt.graph in SERIALISED_GRAPHS else runtime.resolve_precision(rt.precision, torch.device("cpu"))
+
+
+def _forward(model, family, dtype: Optional[torch.dtype]):
+    """The worker's forward pass on one collated batch, on this host's CPU."""
+    def infer(batch):
+        with torch.inference_mode(), runtime.autocast(torch.device("cpu"), dtype):
+            return model(*family.model_inputs(batch))
+    return infer
 
 
 def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, extras: dict, judge,
@@ -266,10 +296,20 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
         progress(f"  {name} {variant.name}: trying it on its family's batch and {len(entry.examples)} example(s)")
         for problem in export.smoke_test(entry, family, served, settings, root):
             progress(f"  {name}: warning: {problem}")
-        verdict = None
+        verdict, rejected = None, None
         if judge is not None and judge.inputs:
-            verdict = judge(family, export.load_served(served, settings, family, root), settings)
+            candidate = export.load_served(served, settings, family, root)
+            verdict = judge(family, candidate, settings)
             progress(f"  {name} {variant.name}: gate {verdict.summary}")
+            rejected = None if verdict.passed else verdict.summary
+            if verdict.passed and entry.gate.self_check:
+                check, found = judge.self_check(variant, family, candidate, settings, verdict)
+                progress(f"  {name} {variant.name}: self-check packed: {check.summary(found)}")
+                if not found.passed:  # it would refuse to load on the host that built it
+                    rejected = f"FAILED: self-check {check.summary(found)}; the gate: {verdict.summary}"
+                    verdict = dataclasses.replace(verdict, worst=found.figure)
+                else:
+                    (content / self_check.FILE).write_text(json.dumps(check.to_json()), encoding="utf-8")
         else:
             progress(f"  {name} {variant.name}: not gated: " + (
                 "the source is a TorchScript file, served as it is: there is no eager model to compare it with"
@@ -277,12 +317,12 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
         speed = inprocess_speed(entry, family, lambda: export.load_served(served, settings, family, root), settings,
                                 root, speed_seconds)
         size = served.stat().st_size / 2**20
-        if verdict is not None and not verdict.passed:
+        if rejected is not None:
             if variant.default:
-                raise ExportError(f"the default variant {variant.name!r} fails the accuracy gate: {verdict.summary}")
+                raise ExportError(f"the default variant {variant.name!r} fails the accuracy gate: {rejected}")
             archive.unlink(missing_ok=True)  # never leave an older, gated-out archive of it behind
             progress(f"  {name} {variant.name}: not archived (the gate rejected it)")
-            return VariantResult(variant.name, None, verdict.summary, verdict.worst, size, speed, rebuilt=True)
+            return VariantResult(variant.name, None, rejected, verdict.worst, size, speed, rebuilt=True)
         served = Path(shutil.move(str(served), stage / served.name))
         model_config = {**family.archive_keys(family.settings), **export.device_keys(section), "handler": section}
         (stage / "model-config.yaml").write_text(yaml.safe_dump(model_config, sort_keys=False))

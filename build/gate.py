@@ -11,8 +11,12 @@ its held-out set, judged the way its family's answers are used.
                             #   this much (probability), else within fp32's top-2
       atol: 0.001           # raw tensors: |variant - fp32| <= atol + rtol * |fp32|, element-wise
       rtol: 0.01
+      self_check: 5         # held-out inputs packed into each archive, where the variant came nearest to
+                            #   the bound, with fp32's outputs: the worker checks itself on them at load
+                            #   (handlers/self_check.py); 0: none
 
 Inputs go through the family's own decode and collate (exactly what a request becomes in the worker).
+The measures are handlers/self_check.py's `agreement`: the worker's self-check judges the same way.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from build.files import FileSource, only_keys
 from handlers import runtime
 from handlers.errors import HandlerError
 from handlers.families import Family
+from handlers.self_check import Bounds, agreement
 
 GATE_BATCH = 8
+MAX_SELF_CHECK = 32  # inputs: the self-check runs them one by one while the worker loads
 
 
 @dataclass(frozen=True)
@@ -44,11 +50,16 @@ class GateSpec:
     top1_margin: float = 0.05
     atol: float = 1e-3
     rtol: float = 1e-2
+    self_check: int = 5
+
+    @property
+    def bounds(self) -> Bounds:
+        return Bounds(self.min_cosine, self.top1_margin, self.atol, self.rtol)
 
     @classmethod
     def parse(cls, where: str, raw: Any) -> GateSpec:
         raw = raw or {}
-        only_keys(where, raw, ("held_out", "calibration", "min_cosine", "top1_margin", "atol", "rtol"))
+        only_keys(where, raw, ("held_out", "calibration", "min_cosine", "top1_margin", "atol", "rtol", "self_check"))
         lists = {}
         for name in ("held_out", "calibration"):
             files = raw.get(name, [])
@@ -64,7 +75,11 @@ class GateSpec:
                 raise CatalogueError(f"{where}.{key}: a number in [{low}, {high if high is not None else 'inf'}], "
                                      f"got {value!r}")
             numbers[key] = float(value)
-        return cls(**lists, **numbers)
+        count = raw.get("self_check", cls.self_check)
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_SELF_CHECK:
+            raise CatalogueError(f"{where}.self_check: how many held-out inputs the worker checks itself on at "
+                                 f"load, an integer in [0, {MAX_SELF_CHECK}], got {count!r}")
+        return cls(**lists, **numbers, self_check=count)
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,7 @@ class GateInput:
     name: str  # for messages: the example's name, or file:line
     body: Any  # what the worker hands the family
     content_type: str
+    held_out: bool = False  # from gate.held_out (else an example)
 
 
 @dataclass(frozen=True)
@@ -84,6 +100,7 @@ class Verdict:
     threshold: float
     worst_input: str
     inputs: int
+    order: tuple[int, ...] = ()  # input indices, the nearest to failing first
 
     @property
     def summary(self) -> str:
@@ -105,18 +122,18 @@ def gate_inputs(examples: Sequence[Example], spec: GateSpec, root: Path, where: 
         suffix = path.suffix.lower()
         if suffix == ".txt":
             lines = path.read_text(encoding="utf-8").splitlines()
-            inputs.extend(GateInput(f"{path.name}:{n}", line, "text/plain")
+            inputs.extend(GateInput(f"{path.name}:{n}", line, "text/plain", True)
                           for n, line in enumerate(lines, 1) if line.strip())
         elif suffix == ".jsonl":
             lines = path.read_text(encoding="utf-8").splitlines()
-            inputs.extend(GateInput(f"{path.name}:{n}", json.loads(line), "application/json")
+            inputs.extend(GateInput(f"{path.name}:{n}", json.loads(line), "application/json", True)
                           for n, line in enumerate(lines, 1) if line.strip())
         elif suffix == ".npy":
             stack = np.load(path, allow_pickle=False)
-            inputs.extend(GateInput(f"{path.name}[{n}]", {"inputs": row.tolist()}, "application/json")
+            inputs.extend(GateInput(f"{path.name}[{n}]", {"inputs": row.tolist()}, "application/json", True)
                           for n, row in enumerate(stack))
         elif suffix in CONTENT_TYPES:
-            inputs.append(GateInput(path.name, path.read_bytes(), CONTENT_TYPES[suffix]))
+            inputs.append(GateInput(path.name, path.read_bytes(), CONTENT_TYPES[suffix], True))
         else:
             raise CatalogueError(f"{where}.gate.held_out[{i}]: {path.name}: a .txt (a text per line), a .jsonl (a "
                                  f"JSON request per line), an .npy (an item per row) or one of "
@@ -145,38 +162,20 @@ def run_outputs(model: Callable, family: Family, inputs: Sequence[GateInput],
 
 def judge(kind: str, spec: GateSpec, reference: torch.Tensor, candidate: torch.Tensor,
           inputs: Sequence[GateInput]) -> Verdict:
-    """The family's measure per input, and the worst."""
+    """The family's measure per input (handlers/self_check.py's `agreement`), and the worst."""
     if reference.shape != candidate.shape:
         return Verdict(False, "output shape", 0.0, 0.0, f"{tuple(candidate.shape)} vs {tuple(reference.shape)}",
                        len(inputs))
-    if kind == "embedding":
-        cos = torch.nn.functional.cosine_similarity(reference.flatten(1), candidate.flatten(1), dim=1)
-        cos = torch.nan_to_num(cos, nan=-1.0)
-        worst = int(cos.argmin())
-        return Verdict(bool(cos.min() >= spec.min_cosine), "min cosine", float(cos[worst]), spec.min_cosine,
-                       inputs[worst].name, len(inputs))
-    if kind == "classification":
-        ok, score = classes_agree(reference, candidate, spec.top1_margin)
-        worst = int(np.argmin(score))
-        return Verdict(bool(ok.all()), "top-1 agreement", float(ok.mean()), 1.0,
-                       f"{inputs[worst].name} (top-1 {int(candidate[worst].argmax())} vs fp32's "
-                       f"{int(reference[worst].argmax())})", len(inputs))
-    bound = spec.atol + spec.rtol * reference.abs()
-    ratio = ((candidate - reference).abs() / bound).flatten(1).max(dim=1).values
-    ratio = torch.nan_to_num(ratio, nan=float("inf"))
-    worst = int(ratio.argmax())
-    return Verdict(bool(ratio.max() <= 1.0), "max tolerance ratio", float(ratio[worst]), 1.0,
-                   inputs[worst].name, len(inputs))
+    found = agreement(kind, spec.bounds, reference, candidate)
+    worst = found.worst
+    name = inputs[worst].name
+    if found.measure == "top-1 agreement":
+        name = f"{name} (top-1 {int(candidate[worst].argmax())} vs fp32's {int(reference[worst].argmax())})"
+    return Verdict(found.passed, found.measure, found.figure, found.threshold, name, len(inputs), found.order)
 
 
-def classes_agree(reference: torch.Tensor, candidate: torch.Tensor, margin: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per input: does the candidate's top-1 pass (fp32's top-1 where fp32 leads by >= margin, else
-    one of fp32's top-2); and a score to find the worst (lower is worse)."""
-    probs = torch.softmax(reference.flatten(1), dim=1)
-    top2 = probs.topk(2, dim=1)
-    lead = (top2.values[:, 0] - top2.values[:, 1]).numpy()
-    mine = candidate.flatten(1).argmax(dim=1).numpy()
-    first, second = top2.indices[:, 0].numpy(), top2.indices[:, 1].numpy()
-    ok = np.where(lead >= margin, mine == first, (mine == first) | (mine == second))
-    score = np.where(ok, 1.0 + lead, lead - 1.0)  # failures first, the closest calls next
-    return ok, score
+def self_check_inputs(verdict: Verdict, inputs: Sequence[GateInput], count: int) -> tuple[GateInput, ...]:
+    """The `count` held-out inputs on which the variant came nearest to the gate's bound (the
+    entry's examples when it holds nothing out)."""
+    pool = [i for i in verdict.order if inputs[i].held_out] or list(verdict.order)
+    return tuple(inputs[i] for i in pool[:count])

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from handlers import device, kserve, runtime, tracing
+from handlers import device, kserve, runtime, self_check, tracing
 from handlers.answers import all_finite, close_replies, encode_answer, reject
 from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE, ServiceTime
 from handlers.deadlines import read as read_deadlines
@@ -114,6 +114,7 @@ class Handler:
                                                 self.model_name, self.version)
         # On a GPU a batch is padded up to a bucket: cudnn's autotuning and the warm-up see those shapes only.
         self.buckets = device.batch_buckets(self.max_batch_size)
+        self_check.verify(model_dir, self.model_name, self.settings.variant, self.family, self.infer)  # or refuse to load
         if rt.cuda_graphs and self.device.type == "cuda" and not self.family.generates:
             from handlers.cuda_graphs import GraphedBuckets  # GPU workers only
 
