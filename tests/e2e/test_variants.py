@@ -1,7 +1,9 @@
 """Every non-default variant's archive served by a real TorchServe, under the model's own name:
 its answers to the catalogue examples over HTTP stay within the entry's accuracy gate against the
-fp32 eager model (computed here, in-process, as the build's gate does), and an ONNX Runtime
-worker's session runs on the worker's thread budget (the worker reads it back from its session)."""
+fp32 eager model (computed here, in-process, as the build's gate does), its worker passed its
+self-check on this machine at load, and an ONNX Runtime worker's session runs on the worker's
+thread budget (the worker reads it back from its session). A variant this host's gate rejected is
+skipped with the gate's figure (tests/archived.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from build.archive import stage_files
 from build.catalogue import Catalogue
 from serving.launcher import TorchServe
 from serving.repo import CATALOGUE, REPO_ROOT
+from tests.archived import archived
 from tests.e2e.helpers import examples_of
 
 pytestmark = pytest.mark.e2e
@@ -26,10 +29,7 @@ GROUPS = [{"minilm": "onnx-int8", "efficientnet_lite0": "onnx"}, {"minilm": "onn
 @pytest.fixture(scope="module", params=GROUPS, ids=lambda g: "+".join(f"{m}.{v}" for m, v in g.items()))
 def served(request, model_store, root_config):
     group = request.param
-    entries = {m: Catalogue.load(CATALOGUE).entry(m) for m in group}
-    archives = {m: next(v for v in entries[m].variants if v.name == name).archive_name(m) for m, name in group.items()}
-    for archive in archives.values():
-        assert (model_store / archive).is_file(), f"{archive}: not archived (see model_store/build_report.md)"
+    archives = {m: archived(model_store, m, name).name for m, name in group.items()}
     with TorchServe(model_store, base_config=root_config.path, load=tuple(group), archives=archives,
                     wait_for=tuple(group)) as ts:
         yield ts, group
@@ -81,3 +81,16 @@ def test_an_onnx_worker_runs_its_session_on_the_worker_thread_budget(served):
         assert ready, f"no ready line for {model} {variant} with its session's threads:\n{log[-2000:]}"
         for budget, session in ready:
             assert session == budget, (model, variant, budget, session)
+
+
+def test_each_variant_passed_its_self_check_on_this_machine(served):
+    """The worker ran the variant on its packed held-out inputs at load (handlers/self_check.py) and
+    measured it within the gate's bound, in well under a second."""
+    ts, group = served
+    log = ts.log_text("model_log.log")
+    for model, variant in group.items():
+        passed = re.findall(rf"{re.escape(model)} {re.escape(variant)}: self-check passed on this machine in "
+                            r"([\d.]+) ms: (.*?) on (\d+) held-out", log)
+        assert passed, f"no self-check line for {model} {variant}:\n{log[-2000:]}"
+        for ms, _, inputs in passed:
+            assert float(ms) < 1000 and int(inputs) >= 1, (model, variant, ms, inputs)
