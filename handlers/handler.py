@@ -133,23 +133,9 @@ class Handler:
             "graph=%s max_batch=%d frozen_objects=%d%s",
             self.model_name, time.perf_counter() - started, self.settings.family,
             self.settings.variant or "-", self.device, self.placement.reason, self.threads,
-            threads_from, workers, self._precision_label(), rt.graph, self.max_batch_size, frozen, self._session_label(),
+            threads_from, workers, runtime.precision_label(rt, self.autocast_dtype), rt.graph, self.max_batch_size, frozen,
+            runtime.session_label(self.model),
         )
-
-    def _session_label(self) -> str:
-        if not isinstance(self.model, OnnxModule):
-            return ""
-        return f" onnxruntime_intra_op_threads={self.model.intra_op_threads} (read back from the session)"
-
-    def _precision_label(self) -> str:
-        rt = self.settings.runtime
-        if rt.graph == "torchscript":
-            return f"{rt.precision} (traced into the TorchScript graph)"
-        if rt.graph == "onnx":
-            return f"{rt.precision} (as exported into the ONNX graph)"
-        if rt.precision != "fp32" and self.autocast_dtype is None:
-            return f"fp32 ({rt.precision} unsupported here)"
-        return rt.precision
 
     def load_model(self, model_dir: Path):
         rt = self.settings.runtime
@@ -367,8 +353,12 @@ class Handler:
         return outcomes
 
     def infer(self, inputs):
-        """The model on one collated batch: each input tensor on the device in the model's layout; on
-        a GPU padded up to its bucket (the padding's rows are dropped from the outputs)."""
+        """The model on one collated batch, in the passes its family chooses (Family.run)."""
+        return self.family.run(self._forward, inputs)
+
+    def _forward(self, inputs):
+        """One forward pass: each input tensor on the device in the model's layout; on a GPU padded up
+        to its bucket (the padding's rows are dropped from the outputs)."""
         tensors = self.family.model_inputs(inputs)
         rows = tensors[0].shape[0]
         padded = self.device.type == "cuda" and device.bucket_for(rows, self.buckets) != rows

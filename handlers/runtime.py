@@ -178,3 +178,20 @@ def drop_per_batch_log_line() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _PerBatchNotice) for f in handler.filters):
             handler.addFilter(_PerBatchNotice())
+
+
+def precision_label(rt, autocast_dtype) -> str:
+    """The precision a worker runs in, for its ready line (`rt`: the archive's runtime settings)."""
+    if rt.graph == "torchscript":
+        return f"{rt.precision} (traced into the TorchScript graph)"
+    if rt.graph == "onnx":
+        return f"{rt.precision} (as exported into the ONNX graph)"
+    if rt.precision != "fp32" and autocast_dtype is None:
+        return f"fp32 ({rt.precision} unsupported here)"
+    return rt.precision
+
+
+def session_label(model) -> str:
+    """ONNX Runtime's intra-op threads as the session reports them, for the ready line ("" otherwise)."""
+    threads = getattr(model, "intra_op_threads", None)
+    return "" if threads is None else f" onnxruntime_intra_op_threads={threads} (read back from the session)"
