@@ -28,7 +28,10 @@ def sample_one(logits: torch.Tensor, request: GenerationRequest, generator: torc
     """One token from a (vocab,) row of logits. Drawn on the host, whatever device the logits are on:
     the sequence's generator is a host one, so a seed gives the same draws on a CPU and a GPU, and
     the token is read on the host anyway."""
-    scores = logits.float().cpu() / request.temperature
+    # Shifted so that the largest score is 0 before dividing: however small the temperature, the
+    # scores stay <= 0 (no overflow to inf, whose softmax is NaN) and the best token keeps weight 1.
+    scores = logits.double().cpu()  # float64: a temperature under float32's range stays non-zero
+    scores = (scores - scores.max()) / request.temperature
     if 0 < request.top_k < scores.numel():
         kth = torch.topk(scores, request.top_k).values[-1]
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -37,6 +40,7 @@ def sample_one(logits: torch.Tensor, request: GenerationRequest, generator: torc
         ordered, order = torch.sort(probs, descending=True)
         # Keep the smallest head whose mass reaches top_p (the first token always stays).
         drop = ordered.cumsum(-1) - ordered >= request.top_p
+        drop[0] = False  # rounding can put the head's own "mass before it" above a tiny top_p
         ordered = ordered.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(0, order, ordered)
     return int(torch.multinomial(probs, 1, generator=generator).item())
