@@ -40,7 +40,9 @@ SERIALISATIONS = ("state_dict", "torchscript")
 # them: GET /models/<name> reports them, and a model-config.yaml that set them would override
 # config.properties (so the catalogue refuses them in a model's settings).
 FRONTEND_KEYS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+# A model's name: TorchServe's URL path segment and the archive's file name. Matched whole (fullmatch:
+# `$` alone also matches before a final newline).
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,9 @@ _ENTRY_KEYS = ("version", "family", "model", "serialisation", "variants", "gate"
 
 def parse_entry(name: str, raw: Mapping[str, Any]) -> ModelEntry:
     where = f"model {name!r}"
-    if not _NAME.match(name):
-        raise CatalogueError(f"{where}: name must be letters, digits, '_' or '-', starting with a letter")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise CatalogueError(f"{where}: name must be letters, digits, '_' or '-', starting with a letter: "
+                             "rename the entry under models: in the catalogue")
     only_keys(where, raw, _ENTRY_KEYS, required=("version", "family", "model"))
     family = _family(where, raw["family"])
     source = parse_source(f"{where}.model", raw["model"], family.huggingface_class, family.huggingface_files)

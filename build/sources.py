@@ -28,7 +28,7 @@ from typing import Any, Optional, Union
 import torch
 
 from build.errors import CatalogueError, ExportError
-from build.files import FileSource, only_keys
+from build.files import FileSource, inside, only_keys, relative_path
 from build.training import trained_folder, trained_inputs, trained_weights
 from handlers.errors import ConfigError
 from handlers.sources import HuggingFaceSource, ModuleSource
@@ -53,7 +53,7 @@ class Weights:
         options = ("format", "key_prefix", "ignore_keys")
         if "train" in raw:
             only_keys(where, raw, ("train", *options))
-            source, trainer, name = None, str(raw["train"]), "weights.safetensors"
+            source, trainer, name = None, relative_path(f"{where}.train", raw["train"]), "weights.safetensors"
         else:
             source, trainer = FileSource.parse(where, raw, options), None
             name = source.name
@@ -123,9 +123,11 @@ class PythonSource:
         """A repository module travels with its folder's Python files, so its own imports work."""
         if self.file is None:
             return
-        folder = (root / self.file).parent
+        root = root.resolve()
+        folder = inside(root, self.file, "model.python").parent
         for path in folder.rglob("*.py"):
             if "__pycache__" not in path.parts:
+                inside(root, str(path.relative_to(root)), "model.python's folder")  # a link out of it
                 target = content / path.relative_to(root)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
@@ -197,7 +199,7 @@ class HuggingFaceFolder:
             raise CatalogueError(f"{where}.also: expected a list of file names of the folder, got {also!r}")
         if "train" in raw:
             only_keys(where, raw, ("train", "also"))
-            return cls(None, str(raw["train"]), auto, tuple(also), beside_tokenizer)
+            return cls(None, relative_path(f"{where}.train", raw["train"]), auto, tuple(also), beside_tokenizer)
         return cls(FileSource.parse(where, {k: v for k, v in raw.items() if k != "also"}), None, auto, tuple(also),
                    beside_tokenizer)
 
@@ -254,7 +256,7 @@ def parse_source(where: str, raw: Any, huggingface_class: str = "AutoModel",
         if ("python" in raw) == ("module" in raw):
             raise CatalogueError(f"{where}: give either 'python' (a file of the repository) or 'module' (installed)")
         file = raw.get("python")
-        if file is not None and (not str(file).endswith(".py") or str(file).startswith(("/", "."))):
+        if file is not None and not relative_path(f"{where}.python", file).endswith(".py"):
             raise CatalogueError(f"{where}.python: a .py file relative to the repository, got {file!r}")
         args = raw.get("args") or {}
         if not isinstance(args, Mapping):

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from build.errors import CatalogueError
+from build.files import inside, relative_path
 
 WEIGHTS = "weights.safetensors"
 SHIPPED = "trained"  # beside the script: its committed output
@@ -135,7 +136,7 @@ def retrain(script_path: str, root: Path, progress=print) -> dict:
 
 
 def _script(script_path: str, root: Path, where: str) -> Path:
-    script = (root / script_path).resolve()
+    script = inside(root, relative_path(f"{where}.train", script_path), f"{where}.train")
     if not script.is_file() or script.suffix != ".py":
         raise CatalogueError(f"{where}.train: {script_path!r} is not a .py file of the catalogue's folder")
     return script

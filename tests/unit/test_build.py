@@ -10,6 +10,9 @@ import yaml
 
 from build.__main__ import main as build_main
 from build.archive import archived_frontend_keys
+from build.catalogue import parse_entry
+from build.errors import CatalogueError
+from build.files import FileSource
 from tests.references import decoded
 from tests.tiny import catalogue_entries
 
@@ -238,3 +241,77 @@ def test_weights_trained_at_build_time_are_cached(tmp_path, capsys):
     (tmp_path / "mine" / "train_tiny.py").write_text("def train(out):\n    return {}\n")
     code, out = run_build(catalogue, store, capsys)
     assert code == 1 and "weights.train: mine/train_tiny.py's train(out) wrote no weights.safetensors" in out, out
+
+
+# -- names and paths: what an entry may name -------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["aaaaa\n", "a b", "1model", "", "a/b", "model\x00", 123])
+def test_a_model_name_must_match_its_pattern_whole(name):
+    with pytest.raises(CatalogueError) as caught:
+        parse_entry(name, IMAGE)
+    message = str(caught.value)
+    assert f"model {name!r}" in message and "letters, digits" in message and "rename" in message, message
+
+
+def test_a_model_name_that_matches_is_taken():
+    assert parse_entry("tiny-image_2", IMAGE).name == "tiny-image_2"
+
+
+ESCAPES = ["../../etc/passwd", "/etc/passwd", "models/../../etc/passwd", "C:/Windows/win.ini"]
+
+
+def with_gate(path):
+    return with_changes(gate={"held_out": [{"path": path}]})
+
+
+# (the entry with `path` in one place, the key the error must name)
+PLACES = {
+    "extra_files": (lambda p: with_changes(extra_files=[{"path": p}]), "extra_files[0].path"),
+    "weights": (lambda p: with_model(weights={"path": p}), "model.weights.path"),
+    "python": (lambda p: with_model(python=p[:-len("passwd")] + "evil.py"), "model.python"),
+    "trainer": (lambda p: with_model(weights={"train": p[:-len("passwd")] + "train.py"}), "model.weights.train"),
+    "torchscript": (lambda p: with_changes(model={"torchscript": {"path": p}}, serialisation=None),
+                    "model.torchscript.path"),
+    "huggingface": (lambda p: {**catalogue_entries()["tiny_text"], "model": {"huggingface": {"path": p}}},
+                    "model.huggingface.path"),
+    "held_out": (with_gate, "gate.held_out[0].path"),
+    "examples": (lambda p: with_changes(examples=[{"path": p}]), "examples[0].path"),
+    "package file": (lambda p: with_changes(extra_files=[{"package": "skimage", "file": p}]), "extra_files[0].file"),
+}
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_every_path_an_entry_names_stays_inside_the_repository(place, escape):
+    make, key = PLACES[place]
+    entry = {k: v for k, v in make(escape).items() if v is not None}
+    with pytest.raises(CatalogueError) as caught:
+        parse_entry("img", entry)
+    message = str(caught.value)
+    assert f"model 'img'.{key}" in message and "inside" in message, message
+
+
+def test_a_symbolic_link_out_of_the_repository_is_refused(tmp_path):
+    outside, root = tmp_path / "outside", tmp_path / "repo"
+    outside.mkdir()
+    root.mkdir()
+    (outside / "secret.txt").write_text("not the repository's")
+    (root / "labels.json").symlink_to(outside / "secret.txt")
+    (root / "data").symlink_to(outside, target_is_directory=True)
+    for path in ("labels.json", "data/secret.txt"):
+        source = FileSource.parse("model 'img'.extra_files[0]", {"path": path})
+        with pytest.raises(CatalogueError) as caught:
+            source.resolve(root, "model 'img'.extra_files[0]")
+        assert "outside the repository" in str(caught.value) and repr(path) in str(caught.value), caught.value
+    (root / "inside.json").write_text("{}")
+    (root / "link.json").symlink_to(root / "inside.json")
+    assert FileSource.parse("x", {"path": "link.json"}).resolve(root, "x") == (root / "inside.json").resolve()
+
+
+def test_an_extra_file_out_of_the_repository_is_never_packed(catalogue, tmp_path, capsys):
+    store = tmp_path / "store"
+    escape = {"path": "../../../../../../../../etc/passwd"}
+    write_catalogue(catalogue, good=IMAGE, bad=with_changes(extra_files=[*IMAGE["extra_files"], escape]))
+    code, out = run_build(catalogue, store, capsys)
+    assert code == 1 and "FAILED bad" in out and "extra_files[1].path" in out, out
+    assert (store / "good.mar").is_file() and not (store / "bad.mar").exists()
