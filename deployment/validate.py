@@ -3,7 +3,8 @@ version's schemas (kubernetes-validate bundles them), strict, so unknown fields 
 ServingRuntime against KServe's own CRD (vendored, made strict: deployment/crd.py); the
 InferenceService against our own schema of the fields we use, written from KServe's CRD
 (inferenceservice.schema.json); the two against each other as KServe's controller pairs them. Also:
-the image's and KServe's config.properties parse and keep token auth on.
+the image's and KServe's config.properties parse, keep token auth on, register no workflow from a
+URL and keep management on loopback.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import jsonschema
 import yaml
@@ -18,7 +20,7 @@ import yaml
 from deployment import crd, kserve_runtime
 from deployment.errors import DeployError, ValidationFailed
 from deployment.layout import KSERVE
-from serving.ts_config import ServerConfig
+from serving.ts_config import ServerConfig, lock_problems
 
 KUBERNETES_VERSION = "1.33.0"
 ISVC_SCHEMA = Path(__file__).with_name("inferenceservice.schema.json")
@@ -143,14 +145,24 @@ def _argv_problems(container: dict, config: ServerConfig) -> list[str]:
     return wrong
 
 
+def _host(address: str) -> str | None:
+    """The host of `http://host:port` (REST) or of a bare gRPC address."""
+    return urlsplit(address if "://" in address else f"//{address}").hostname
+
+
 def check_config(path: Path) -> str:
     config = ServerConfig.load(path)
     wrong = [f"{k}={config.get(k)!r}" for k, v in (("disable_token_authorization", "false"),
                                                   ("enable_model_api", "false")) if config.get(k) != v]
+    wrong += lock_problems(config.properties)
+    wrong += [f"{k}={config.get(k)!r}" for k in ("management_address", "grpc_management_address")
+              if _host(config.get(k, "")) != "127.0.0.1"]
     if wrong or not config.models:
         raise ValidationFailed(f"{path}: {', '.join(wrong) or 'no models='} (token auth must stay on, the "
-                               "model API off, models= present): regenerate with make deploy")
-    return f"{path.name}: token auth on, model API off, {len(config.models)} model(s)"
+                               "model API off, no workflow from a URL, management on 127.0.0.1, models= present): "
+                               "regenerate with make deploy")
+    return (f"{path.name}: token auth on, model API off, no workflow from a URL, management on loopback, "
+            f"{len(config.models)} model(s)")
 
 
 def check(out: Path, progress: Callable[[str], None] = print) -> None:

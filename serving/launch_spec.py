@@ -14,10 +14,12 @@ from typing import Any
 from serving.errors import ConfigError, StartupError
 from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from serving.ts_config import (
+    LOCKED_PROPERTIES,
     ModelEntry,
     ModelSettings,
     ServerConfig,
     format_models,
+    lock_problems,
     startup_archives,
 )
 
@@ -136,7 +138,8 @@ class LaunchSpec:
         self, base: ServerConfig, entries: tuple[ModelEntry, ...], ports: tuple[int, ...]
     ) -> dict[str, str]:
         """The server's config.properties: the base's, with the three addresses and both gRPC
-        APIs on the given loopback ports, our model_store and models=, then extra_properties."""
+        APIs on the given loopback ports, our model_store and models=, then extra_properties,
+        then LOCKED_PROPERTIES."""
         props = dict(base.properties)
         props.update(
             inference_address=f"http://127.0.0.1:{ports[0]}",
@@ -155,9 +158,21 @@ class LaunchSpec:
         if self.load:
             props["load_models"] = ",".join(f"{e.name}={e.archive}" for e in entries)
         props.update(self.extra_properties)
+        props.update(LOCKED_PROPERTIES)  # last: no base file or caller can open the workflow API
         if "vmargs" in props:
             props["vmargs"] = absolute_log_config(props["vmargs"], REPO_ROOT)
         return props
+
+
+def locked_config(path: Path) -> ServerConfig:
+    """The config.properties a server is about to start with, refused unless it carries LOCKED_PROPERTIES
+    (a folder's own file is served as it is)."""
+    config = ServerConfig.load(path)
+    unlocked = lock_problems(config.properties)
+    if unlocked:
+        raise StartupError(f"{path}: {', '.join(unlocked)}: the management key would register workflows from "
+                           "URLs; add these lines (serving/ts_config.py, LOCKED_PROPERTIES)")
+    return config
 
 
 LOG_CONFIG = "-Dlog4j.configurationFile="

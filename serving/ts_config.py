@@ -40,6 +40,33 @@ GRPC_PORT_DEFAULTS = MappingProxyType({"grpc_inference_port": "7070", "grpc_mana
 GRPC_ADDRESS_DEFAULTS = MappingProxyType({"grpc_inference_address": "127.0.0.1", "grpc_management_address": "127.0.0.1"})
 
 
+# What every config.properties of ours carries, whatever its source says: the management key registers
+# nothing from a URL. TorchServe 0.12's workflow API (POST /workflows?url=...) ignores enable_model_api:
+# it fetches a .war from any URL that allowed_urls admits (default: every file:// and http(s):// URL)
+# into the workflow store (default: the model store) and starts a worker on the archive's Python
+# handler. allowed_urls is a comma-separated list of regular expressions, each matched against the whole
+# URL, case-insensitively (ArchiveUtils.validateURL); "(?!)" matches nothing, so every URL is refused,
+# while the plain archive names of load_models are not URLs and load from the model store as before.
+# The workflow store is a file, not a folder: no archive is found there and none can be copied there.
+# TS_ALLOWED_URLS in the environment is read only with use_env_allowed_urls=true.
+LOCKED_PROPERTIES = MappingProxyType({
+    "allowed_urls": "(?!)",
+    "use_env_allowed_urls": "false",
+    "workflow_store": "/dev/null",
+})
+
+
+def lock_problems(props: Mapping[str, str]) -> list[str]:
+    """'key=value (expected ...)' for each LOCKED_PROPERTIES value a configuration lacks or changes."""
+    return [f"{key}={props.get(key)!r} (expected {value!r})" for key, value in LOCKED_PROPERTIES.items()
+            if props.get(key) != value]
+
+
+def config_text(props: Mapping[str, str], header: str = "") -> str:
+    """A config.properties for a TorchServe of ours: `props`, LOCKED_PROPERTIES over them. The one
+    writer of such files (tests/unit/test_security.py holds every other caller of format_properties out)."""
+    return properties.format_properties({**props, **LOCKED_PROPERTIES}, header)
+
 # ModelSettings' field for each frontend key (FRONTEND_KEYS' order).
 _FIELDS = MappingProxyType(dict(zip(FRONTEND_KEYS, ("min_workers", "max_workers", "batch_size", "max_batch_delay_ms",
                                                     "response_timeout_s"))))

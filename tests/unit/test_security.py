@@ -1,4 +1,9 @@
-"""Security checks that need no server: weights loading refuses pickled code; the scanner works."""
+"""Security checks that need no server: weights loading refuses pickled code; the scanner works; every
+TorchServe configuration we write keeps the workflow API from registering anything from a URL."""
+
+import ast
+import re
+import shutil
 
 import pytest
 import torch
@@ -11,6 +16,17 @@ from benchmarks.reliability.security import (
     weights_checks,
     write_payloads,
 )
+from benchmarks.tune.config_writer import Update, rewrite
+from deployment import __main__ as cli
+from deployment import validate
+from deployment.errors import ValidationFailed
+from deployment.plan import PlanOptions
+from serving import properties
+from serving.errors import StartupError
+from serving.launch_spec import LaunchSpec, locked_config
+from serving.repo import REPO_ROOT
+from serving.ts_config import LOCKED_PROPERTIES, ModelSettings, ServerConfig, config_text, lock_problems
+from tests.mix_config import mix_record, write_mix_config
 
 pytestmark = pytest.mark.unit
 
@@ -71,3 +87,83 @@ def test_the_scanner_finds_unsafe_calls(tmp_path):
                                           ("0.0.0.0", False), ("::", False), ("10.1.2.3", False)])
 def test_loopback_addresses(ip, loopback):
     assert _is_loopback(ip) is loopback
+
+
+# -- the management key registers nothing from a URL: every config.properties we write carries the lock --
+
+def _props_of(text: str) -> dict[str, str]:
+    return properties.parse(text)
+
+
+def test_the_repository_config_carries_the_lock():
+    assert lock_problems(properties.read(REPO_ROOT / "config.properties")) == []
+
+
+def test_the_lock_refuses_every_url_and_no_plain_archive_name():
+    """allowed_urls as TorchServe 0.12 applies it (ArchiveUtils.validateURL): each comma-separated pattern
+    matched against the whole URL, case-insensitively. A match would fetch the URL."""
+    patterns = [re.compile(p, re.IGNORECASE) for p in LOCKED_PROPERTIES["allowed_urls"].split(",")]
+    for url in ("file:///tmp/evil.war", "http://127.0.0.1:9/evil.war", "https://example.com/m.mar", "FILE:///x",
+                "minilm.mar", "evil.war", ""):
+        assert not any(p.fullmatch(url) for p in patterns), url
+
+
+def test_a_launched_server_gets_the_lock_whatever_its_base_and_caller_say(tmp_path):
+    base = tmp_path / "base.properties"
+    base.write_text("allowed_urls=file://.*|http(s)?://.*\nworkflow_store=/tmp\nuse_env_allowed_urls=true\n")
+    spec = LaunchSpec(model_store=tmp_path, base_config=base,
+                      extra_properties={"allowed_urls": ".*", "workflow_store": str(tmp_path)})
+    props = spec.properties(ServerConfig.load(base), (), (1, 2, 3, 4, 5))
+    assert lock_problems(props) == []
+    assert lock_problems(_props_of(config_text(props))) == []
+
+
+def test_the_launcher_refuses_a_folder_config_without_the_lock(tmp_path):
+    """A folder's own config.properties is served as it is (LaunchSpec.serves_folder_as_is): checked first."""
+    config = tmp_path / "config.properties"
+    config.write_text("inference_address=http://127.0.0.1:8080\n")
+    with pytest.raises(StartupError, match="allowed_urls=None"):
+        locked_config(config)
+    config.write_text(config_text({"inference_address": "http://127.0.0.1:8080"}))
+    assert locked_config(config).get("allowed_urls") == LOCKED_PROPERTIES["allowed_urls"]
+
+
+def test_the_tuner_keeps_the_lock():
+    text = (REPO_ROOT / "config.properties").read_text(encoding="utf-8")
+    rewritten = rewrite(text, [Update("minilm", ModelSettings(batch_size=2, max_batch_delay_ms=3))])
+    assert "batchSize" in rewritten and lock_problems(_props_of(rewritten)) == []
+
+
+def test_every_deployed_config_carries_the_lock_and_validation_insists(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "model_store").mkdir(parents=True)
+    for name in ("minilm", "efficientnet_lite0"):
+        (repo / "model_store" / f"{name}.mar").write_bytes(b"PK")
+    shutil.copy(REPO_ROOT / "log4j2.xml", repo / "log4j2.xml")
+    config = write_mix_config(REPO_ROOT / "config.properties", repo / "config.properties", mix_record())
+    config.write_text("\n".join(line for line in config.read_text().splitlines()
+                                if not line.startswith(tuple(LOCKED_PROPERTIES))) + "\n")  # a source without it
+    out = tmp_path / "deploy"
+    cli.generate(repo, config, out, PlanOptions())
+    written = [out / "image" / "config.properties", out / "kserve" / "model-root" / "config" / "config.properties"]
+    for path in written:
+        assert lock_problems(properties.read(path)) == [], path
+    text = written[0].read_text()
+    written[0].write_text(text.replace("allowed_urls=", "allowed_urls=file\\://.*|"))
+    with pytest.raises(ValidationFailed, match="allowed_urls='file://.*"):
+        validate.check(out, progress=lambda _: None)
+
+
+def test_no_config_properties_is_written_but_through_the_locked_writer():
+    """serving.ts_config.config_text puts the lock over whatever it writes; a new writer of a TorchServe
+    configuration that called format_properties itself could leave it out. (tests/ copies written files
+    as they are, so that a generated file that lost the lock is seen.)"""
+    callers = []
+    for folder in ("serving", "deployment", "benchmarks", "build", "handlers"):
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == \
+                        "format_properties":
+                    callers.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert [c for c in callers if not c.startswith("serving/ts_config.py:")] == []
