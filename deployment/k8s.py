@@ -1,4 +1,5 @@
-"""Kubernetes manifests: Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, Secret.
+"""Kubernetes manifests: Deployment, Service, NetworkPolicy, HorizontalPodAutoscaler,
+PodDisruptionBudget, Secret.
 
 Written as plain dicts dumped to YAML, each file with a header that says why its values are what
 they are; `python -m deployment --check` validates them against the Kubernetes schemas (strict).
@@ -59,8 +60,8 @@ def container(inputs: Inputs) -> dict[str, Any]:
     return {
         "name": "torchserve",
         "image": IMAGE_REF,
+        # Management listens on the pod's loopback only (image.py): no containerPort for it.
         "ports": [{"name": "inference", "containerPort": ports.inference},
-                  {"name": "management", "containerPort": ports.management},
                   {"name": "metrics", "containerPort": ports.metrics}],
         "env": [{"name": "TS_CONFIG_FILE", "value": IMAGE.config}],
         "resources": resources(inputs),
@@ -106,11 +107,45 @@ def service() -> dict[str, Any]:
         "metadata": {"name": NAME, "labels": dict(LABELS)},
         "spec": {
             "selector": dict(LABELS),
-            # Management stays off the Service: its key is per pod anyway (kubectl port-forward a pod).
-            "ports": [{"name": "inference", "port": ports.inference, "targetPort": "inference"},
-                      {"name": "metrics", "port": ports.metrics, "targetPort": "metrics"}],
+            # Inference only. Metrics are scraped from each pod (its prometheus.io annotations: a Service
+            # would hand a scraper one pod at random); management listens on the pod's loopback.
+            "ports": [{"name": "inference", "port": ports.inference, "targetPort": "inference"}],
         },
     }
+
+
+# The namespace whose pods may scrape metrics (its kubernetes.io/metadata.name label, which Kubernetes
+# sets on every namespace): where your Prometheus runs.
+MONITORING_NAMESPACE = "monitoring"
+
+
+def network_policy() -> dict[str, Any]:
+    """Ingress to the pods: the inference port from anywhere in the cluster (a gateway, the Service),
+    the metrics port from the monitoring namespace only; nothing else (management is on loopback
+    anyway; the kubelet's exec and TCP probes are not subject to NetworkPolicy)."""
+    ports = IMAGE.ports
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": NAME, "labels": dict(LABELS)},
+        "spec": {
+            "podSelector": {"matchLabels": dict(LABELS)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": [{"protocol": "TCP", "port": ports.inference}]},
+                {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}}}],
+                 "ports": [{"protocol": "TCP", "port": ports.metrics}]},
+            ],
+        },
+    }
+
+
+NETWORK_POLICY_HEADER = f"""\
+Only the inference port ({IMAGE.ports.inference}) is admitted from the cluster; the metrics port
+({IMAGE.ports.metrics}) from the namespace named {MONITORING_NAMESPACE!r} only (edit it to where Prometheus
+runs); management ({IMAGE.ports.management}) and gRPC listen on the pod's loopback and are admitted from
+nowhere. To admit the inference port from your gateway alone, add a `from:` to the first rule.
+Needs a network plugin that enforces NetworkPolicy (Calico, Cilium, ...): without one it is ignored."""
 
 
 def hpa(plan: Plan) -> dict[str, Any]:
@@ -200,7 +235,9 @@ def write(out: Path, inputs: Inputs, plan: Plan) -> list[Path]:
         _dump(k8s / "deployment.yaml",
               f"CPU {cpu} = the mix's cores budget (sum of workers x threads); memory {memory_mib(inputs)} Mi = {mem}.\n"
               "No replicas field: the HPA (hpa.yaml, sized by make plan) owns the count.", deployment(inputs)),
-        _dump(k8s / "service.yaml", "Inference and metrics in the cluster; management per pod only.", service()),
+        _dump(k8s / "service.yaml", "Inference only: metrics are scraped per pod, management stays on each pod's "
+              "loopback.", service()),
+        _dump(k8s / "networkpolicy.yaml", NETWORK_POLICY_HEADER, network_policy()),
         write_hpa(out, inputs, plan),
         _dump(k8s / "pdb.yaml", "At most one replica down at a time for voluntary disruptions.", pdb()),
         _dump(k8s / "secret.yaml", SECRET_HEADER, secret()),

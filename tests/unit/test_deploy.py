@@ -60,6 +60,43 @@ def test_generated_files_validate(fake_repo: Path, tmp_path: Path) -> None:
     assert "REPLACE_ME" in (out / "k8s/secret.yaml").read_text()
 
 
+def test_nothing_but_inference_leaves_the_pod_unasked(fake_repo: Path, tmp_path: Path) -> None:
+    """The docs: never expose management or metrics. The Service publishes inference alone; management
+    listens on the pod's loopback; the NetworkPolicy admits inference from the cluster and metrics from
+    the monitoring namespace only."""
+    out = tmp_path / "deploy"
+    generate(fake_repo, out)
+    validate.check(out, progress=lambda _: None)  # networkpolicy.yaml too, against Kubernetes' schema
+    service = yaml.safe_load((out / "k8s/service.yaml").read_text())
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["inference"]
+    for config in (out / "image/config.properties", out / "kserve/model-root/config/config.properties"):
+        lines = set(config.read_text().splitlines())
+        assert {"management_address=http://127.0.0.1:8081", "grpc_management_address=127.0.0.1"} <= lines, config
+    (container,) = yaml.safe_load((out / "k8s/deployment.yaml").read_text())["spec"]["template"]["spec"]["containers"]
+    assert [p["name"] for p in container["ports"]] == ["inference", "metrics"]
+    assert "EXPOSE 8080 8082" in (out / "Dockerfile").read_text().splitlines()
+    policy = yaml.safe_load((out / "k8s/networkpolicy.yaml").read_text())
+    assert policy["spec"]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    admitted = {rule["ports"][0]["port"]: rule.get("from") for rule in policy["spec"]["ingress"]}
+    assert set(admitted) == {8080, 8082} and admitted[8080] is None
+    assert admitted[8082] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+@pytest.mark.parametrize("line, loose", [
+    ("management_address=http://127.0.0.1:8081", "management_address=http://0.0.0.0:8081"),
+    ("grpc_management_address=127.0.0.1", "grpc_management_address=0.0.0.0"),
+    ("workflow_store=/dev/null", "workflow_store=/home/model-server"),
+])
+def test_a_config_that_opens_management_fails_validation(fake_repo, tmp_path, line, loose) -> None:
+    out = tmp_path / "deploy"
+    generate(fake_repo, out)
+    cfg = out / "image/config.properties"
+    assert line in cfg.read_text().splitlines()
+    cfg.write_text(cfg.read_text().replace(line, loose))
+    with pytest.raises(ValidationFailed, match=loose.split("=")[0]):
+        validate.check(out, progress=lambda _: None)
+
+
 def test_a_gpu_deployment_asks_for_the_gpu_everywhere_it_is_decided(fake_repo: Path, tmp_path: Path) -> None:
     out = tmp_path / "deploy"
     cli.generate(fake_repo, fake_repo / "config.properties", out, PlanOptions(), gpus=1)
