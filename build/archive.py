@@ -32,7 +32,7 @@ import yaml
 
 import handlers
 from build import export, gate
-from build.catalogue import Catalogue, ModelEntry
+from build.catalogue import COMPILE_STARTUP_TIMEOUT_S, STARTUP_TIMEOUT_S, Catalogue, ModelEntry, startup_timeout_s
 from build.errors import CatalogueError, ExportError
 from build.held_out import separation
 from build.sources import TorchScriptFile
@@ -97,6 +97,7 @@ def input_hash(entry_raw, root: Path, sources: Iterable[Path], extras: Iterable[
     digest.update(f"native bf16={runtime.cpu_supports(torch.bfloat16)} fp16={runtime.cpu_supports(torch.float16)}".encode())
     # Which int8 kernels run (VNNI or not) moves an int8 variant's answers: the gate's verdict is per host.
     digest.update(f"int8={','.join(self_check.int8_features())}".encode())
+    digest.update(f"startupTimeout={STARTUP_TIMEOUT_S},{COMPILE_STARTUP_TIMEOUT_S}".encode())
     for path in [*handler_package_files(), *sources, *extras]:
         digest.update(str(path.name).encode())
         with open(path, "rb") as handle:
@@ -230,6 +231,7 @@ class _Judge:
         self.entry, self.root, self.progress = entry, root, progress
         self.reference = None
         self.reference_outputs = None
+        self.owners: tuple[int, ...] = ()  # the gate input each output row is of
         where = f"model {entry.name!r}"
         apart = separation(entry.examples, entry.gate.held_out, entry.gate.calibration, root, where)
         if not apart.apart:
@@ -248,8 +250,10 @@ class _Judge:
         if self.reference_outputs is None:
             self.progress(f"  {self.entry.name}: fp32 eager reference on {len(self.inputs)} gate input(s)")
             self.reference_outputs = gate.run_outputs(self.model(family), family, self.inputs)
+            self.owners = gate.row_owners(family, self.inputs)
         outputs = gate.run_outputs(candidate, family, self.inputs, _autocast_dtype(settings))
-        return gate.judge(family.gate_kind(), self.entry.gate, self.reference_outputs, outputs, self.inputs)
+        return gate.judge(family.gate_kind(), self.entry.gate, self.reference_outputs, outputs, self.inputs,
+                          self.owners)
 
     def self_check(self, variant: Variant, family, candidate, settings: HandlerSettings,
                    verdict: gate.Verdict) -> tuple[self_check.SelfCheck, self_check.Agreement]:
@@ -257,7 +261,7 @@ class _Judge:
         fp32's outputs for them) and what it measures on this host, run as the worker will run it."""
         chosen = gate.self_check_inputs(verdict, self.inputs, self.entry.gate.self_check)
         packed = tuple(self_check.Packed(item.name, item.content_type, item.body) for item in chosen)
-        reference = self_check.outputs(packed, family, _forward(self.model(family), family, None))
+        reference, _ = self_check.outputs(packed, family, _forward(self.model(family), family, None))
         check = self_check.SelfCheck(self.entry.name, variant.name, family.gate_kind(), self.entry.gate.bounds, packed,
                                      reference, self_check.host(), 0.0)
         found = check.measure(family, _forward(candidate, family, _autocast_dtype(settings)))
@@ -302,7 +306,7 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
             verdict = judge(family, candidate, settings)
             progress(f"  {name} {variant.name}: gate {verdict.summary}")
             rejected = None if verdict.passed else verdict.summary
-            if verdict.passed and entry.gate.self_check:
+            if verdict.passed and entry.gate.self_check and verdict.order:
                 check, found = judge.self_check(variant, family, candidate, settings, verdict)
                 progress(f"  {name} {variant.name}: self-check packed: {check.summary(found)}")
                 if not found.passed:  # it would refuse to load on the host that built it
@@ -324,7 +328,8 @@ def build_variant(entry: ModelEntry, variant: Variant, root: Path, store: Path, 
             progress(f"  {name} {variant.name}: not archived (the gate rejected it)")
             return VariantResult(variant.name, None, rejected, verdict.worst, size, speed, rebuilt=True)
         served = Path(shutil.move(str(served), stage / served.name))
-        model_config = {**family.archive_keys(family.settings), **export.device_keys(section), "handler": section}
+        model_config = {**family.archive_keys(family.settings), **export.device_keys(section),
+                        "startupTimeout": startup_timeout_s(variant.kind.graph), "handler": section}
         (stage / "model-config.yaml").write_text(yaml.safe_dump(model_config, sort_keys=False))
         progress(f"  {name} {variant.name}: archiving")
         out = stage / "out"

@@ -160,18 +160,30 @@ def run_outputs(model: Callable, family: Family, inputs: Sequence[GateInput],
     return torch.cat(outputs)
 
 
+def row_owners(family: Family, inputs: Sequence[GateInput]) -> tuple[int, ...]:
+    """The input each output row is of: a request may hold several items (a forecaster's two series)."""
+    owners: list[int] = []
+    for index, item in enumerate(inputs):
+        batch = family.collate([family.decode(item.body, item.content_type)])
+        owners.extend([index] * family.model_inputs(batch)[0].shape[0])
+    return tuple(owners)
+
+
 def judge(kind: str, spec: GateSpec, reference: torch.Tensor, candidate: torch.Tensor,
-          inputs: Sequence[GateInput]) -> Verdict:
-    """The family's measure per input (handlers/self_check.py's `agreement`), and the worst."""
+          inputs: Sequence[GateInput], owners: Sequence[int] = ()) -> Verdict:
+    """The family's measure per output row (handlers/self_check.py's `agreement`), and the worst;
+    `owners`: the input each row is of (row_owners; by default one row per input)."""
     if reference.shape != candidate.shape:
         return Verdict(False, "output shape", 0.0, 0.0, f"{tuple(candidate.shape)} vs {tuple(reference.shape)}",
                        len(inputs))
+    owners = tuple(owners) or tuple(range(reference.shape[0]))
     found = agreement(kind, spec.bounds, reference, candidate)
-    worst = found.worst
-    name = inputs[worst].name
+    row = found.worst
+    name = inputs[owners[row]].name if owners[row] < len(inputs) else f"output row {row}"
     if found.measure == "top-1 agreement":
-        name = f"{name} (top-1 {int(candidate[worst].argmax())} vs fp32's {int(reference[worst].argmax())})"
-    return Verdict(found.passed, found.measure, found.figure, found.threshold, name, len(inputs), found.order)
+        name = f"{name} (top-1 {int(candidate[row].argmax())} vs fp32's {int(reference[row].argmax())})"
+    order = found.by_input(owners).order if len(owners) == reference.shape[0] and max(owners) < len(inputs) else ()
+    return Verdict(found.passed, found.measure, found.figure, found.threshold, name, len(inputs), order)
 
 
 def self_check_inputs(verdict: Verdict, inputs: Sequence[GateInput], count: int) -> tuple[GateInput, ...]:

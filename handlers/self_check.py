@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -75,6 +75,18 @@ class Agreement:
     @property
     def bound(self) -> str:
         return f"{'<=' if self.measure == 'max tolerance ratio' else '>='} {self.threshold:g}"
+
+    def by_input(self, owners: Sequence[int]) -> Agreement:
+        """Per input instead of per output row (a request may hold several items: two series, say):
+        an input is within the bound when all its rows are, as near to failing as its worst row."""
+        if len(owners) != len(self.ok):
+            return self
+        owners = np.asarray(owners, dtype=np.int64)
+        inputs = int(owners.max()) + 1 if owners.size else 0
+        ok, rank = np.ones(inputs, bool), np.full(inputs, np.inf)
+        np.logical_and.at(ok, owners, self.ok)
+        np.minimum.at(rank, owners, self.rank)
+        return replace(self, ok=ok, rank=rank)
 
 
 def agreement(kind: str, bounds: Bounds, reference: torch.Tensor, candidate: torch.Tensor) -> Agreement:
@@ -142,17 +154,19 @@ class Packed:
         return cls(data["name"], data["content_type"], body)
 
 
-def outputs(inputs: Sequence[Packed], family, infer: Callable) -> torch.Tensor:
+def outputs(inputs: Sequence[Packed], family, infer: Callable) -> tuple[torch.Tensor, tuple[int, ...]]:
     """Each input decoded and collated alone (an int8 answer depends on its batch-mates), run by
-    `infer` (the worker's forward pass), on the host as float32; one row per input."""
-    rows = []
-    for item in inputs:
+    `infer` (the worker's forward pass), on the host as float32; and the input each row is of."""
+    rows, owners = [], []
+    for index, item in enumerate(inputs):
         try:
             decoded = family.decode(item.body, item.content_type)
         except HandlerError as err:
             raise ConfigError(f"self-check input {item.name} is refused by the model: {err.message}") from None
-        rows.append(infer(family.collate([decoded])).detach().float().cpu())
-    return torch.cat(rows)
+        out = infer(family.collate([decoded])).detach().float().cpu()
+        rows.append(out)
+        owners.extend([index] * out.shape[0])
+    return torch.cat(rows), tuple(owners)
 
 
 @dataclass(frozen=True)
@@ -186,7 +200,9 @@ class SelfCheck:
                               "(make build)") from None
 
     def measure(self, family, infer: Callable) -> Agreement:
-        return agreement(self.kind, self.bounds, self.reference, outputs(self.inputs, family, infer))
+        """Per input: the variant's outputs here against the packed fp32 ones."""
+        found, owners = outputs(self.inputs, family, infer)
+        return agreement(self.kind, self.bounds, self.reference, found).by_input(owners)
 
     def summary(self, found: Agreement) -> str:
         worst = self.inputs[found.worst].name if self.inputs else "-"

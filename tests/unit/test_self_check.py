@@ -115,3 +115,18 @@ def test_the_gate_names_a_bad_self_check_count(value):
 def test_an_entry_packs_five_inputs_under_its_gate_bounds_by_default():
     entry = parse_entry("tiny_tensor", catalogue_entries()["tiny_tensor"])
     assert entry.gate.self_check == 5 and entry.gate.bounds == self_check.Bounds()
+
+
+def test_a_request_of_several_rows_is_one_input_judged_by_its_worst_row():
+    """A forecaster request of two series answers two rows: the gate and the self-check count inputs."""
+    from build.gate import GateInput, judge
+
+    reference = torch.arange(1.0, 25.0).reshape(4, 3, 2)
+    candidate = reference.clone()
+    candidate[2] += 1.0  # the second series of the second request
+    inputs = [GateInput("one", {}, "application/json"), GateInput("two series", {}, "application/json"),
+              GateInput("three", {}, "application/json")]
+    verdict = judge("tensor", GateSpec(), reference, candidate, inputs, owners=(0, 1, 1, 2))
+    assert not verdict.passed and verdict.worst_input == "two series" and verdict.order[0] == 1
+    found = self_check.agreement("tensor", self_check.Bounds(), reference, candidate).by_input((0, 1, 1, 2))
+    assert found.ok.tolist() == [True, False, True] and found.worst == 1
