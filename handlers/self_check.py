@@ -205,7 +205,7 @@ class SelfCheck:
         return agreement(self.kind, self.bounds, self.reference, found).by_input(owners)
 
     def summary(self, found: Agreement) -> str:
-        worst = self.inputs[found.worst].name if self.inputs else "-"
+        worst = self.inputs[found.worst].name if found.worst < len(self.inputs) else f"output row {found.worst}"
         return (f"{found.measure} {found.figure:.4f} (needs {found.bound}) on {len(self.inputs)} held-out "
                 f"input(s), worst {worst}")
 
@@ -225,9 +225,9 @@ def verify(model_dir: Path, model: str, variant: str, family, infer: Callable) -
         raise ConfigError(
             f"{model} (variant {variant or check.variant}) refused to load: its self-check on this machine measured "
             f"{check.summary(found)}, outside the accuracy gate's bound; the build measured {check.build_figure:.4f} "
-            f"on {check.built_on}, this is {host()}. Fix: serve another variant of {model} (its marName in "
-            f"config.properties, e.g. {model}.mar) or rebuild the archive on this machine (make build), whose "
-            "gate then decides")
+            f"on {check.built_on}, this is {host()}. Fix: serve a variant of {model} that passes here (its marName in "
+            f"config.properties: {model}.mar or {model}.<variant>.mar) or rebuild the archive on this machine "
+            "(make build), whose gate then decides")
     log.info("%s %s: self-check passed on this machine in %.1f ms: %s (build host %s: %.4f)", model,
              variant or check.variant, elapsed_ms, check.summary(found), check.built_on, check.build_figure)
     return found
