@@ -40,6 +40,18 @@ SERIALISATIONS = ("state_dict", "torchscript")
 # them: GET /models/<name> reports them, and a model-config.yaml that set them would override
 # config.properties (so the catalogue refuses them in a model's settings).
 FRONTEND_KEYS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
+# TorchServe's limit, in seconds, on a worker's load (the handler's initialize: weights, self-check,
+# warm-up), written as startupTimeout into every archive's model-config.yaml: TorchServe 0.12 takes an
+# archive's value (120 when its model-config.yaml leaves it out) over config.properties'
+# default_startup_timeout and models= startupTimeout. From the load times measured on 2 shared cores,
+# with headroom (docs/configuration.md#the-startup-timeout); torch.compile compiles at warm-up.
+STARTUP_TIMEOUT_S = 60
+COMPILE_STARTUP_TIMEOUT_S = 600
+
+
+def startup_timeout_s(graph: str) -> int:
+    """The startupTimeout of an archive whose runtime.graph is `graph`."""
+    return COMPILE_STARTUP_TIMEOUT_S if graph == "compile" else STARTUP_TIMEOUT_S
 # A model's name: TorchServe's URL path segment and the archive's file name. Matched whole (fullmatch:
 # `$` alone also matches before a final newline).
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")

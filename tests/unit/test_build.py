@@ -10,7 +10,7 @@ import yaml
 
 from build.__main__ import main as build_main
 from build.archive import archived_frontend_keys
-from build.catalogue import parse_entry
+from build.catalogue import STARTUP_TIMEOUT_S, parse_entry
 from build.errors import CatalogueError
 from build.files import FileSource
 from tests.references import decoded
@@ -60,7 +60,8 @@ def test_archive_layout_and_incremental(catalogue, tmp_path, capsys):
         assert {"handlers/handler.py", "handlers/families/image_classifier.py", "handler.py", "labels.json",
                 "model.pt", "tiny_code/models.py"} <= names  # the model's code travels with its folder
         mar.extract("model.pt", tmp_path)
-    assert set(config) == {"handler"} and config["handler"]["weights"] == "model.pt"
+    assert set(config) == {"handler", "startupTimeout"} and config["handler"]["weights"] == "model.pt"
+    assert config["startupTimeout"] == STARTUP_TIMEOUT_S  # TorchServe takes the archive's over config.properties
     assert config["handler"]["family"] == "image_classifier"
     assert config["handler"]["source"] == {"module": "tiny_code.models", "attribute": "TinyCNN", "args": {}}
     assert archived_frontend_keys(store / "img.mar") == []
