@@ -52,6 +52,8 @@ COMPILE_STARTUP_TIMEOUT_S = 600
 def startup_timeout_s(graph: str) -> int:
     """The startupTimeout of an archive whose runtime.graph is `graph`."""
     return COMPILE_STARTUP_TIMEOUT_S if graph == "compile" else STARTUP_TIMEOUT_S
+
+
 # A model's name: TorchServe's URL path segment and the archive's file name. Matched whole (fullmatch:
 # `$` alone also matches before a final newline).
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
