@@ -37,6 +37,7 @@ from benchmarks.load.server_metrics import Scrape
 from serving.grpc_client import GrpcClient, error_message, refusal
 from serving.launcher import TorchServe
 from tests.e2e.helpers import batches_since, formed_batches
+from tests.e2e.hostile import raw_http
 
 REFUSE, ANSWER, EITHER = "refuse", "answer", "either"
 TIMEOUT_S = float(os.environ.get("HOSTILE_TIMEOUT_S", "30"))
@@ -88,6 +89,7 @@ class Request:
     body: bytes
     content_type: Optional[str] = None  # None: no Content-Type header
     headers: tuple[tuple[str, str], ...] = ()
+    strict: bool = False  # REST: over a plain socket, the reply's bytes checked (tests/e2e/hostile/raw_http.py)
 
     def __repr__(self) -> str:
         return f"POST {self.path} {self.content_type!r} {len(self.body)} B: {self.body[:200]!r}"
@@ -154,6 +156,8 @@ class Sender:
         headers = {"Authorization": f"Bearer {self.ts.tokens.inference}", **dict(request.headers)}
         if request.content_type is not None:
             headers["Content-Type"] = request.content_type
+        if request.strict:
+            return self._strict(request, headers, timeout_s)
         try:  # a new connection each time: a reply that breaks HTTP framing cannot spill into the next
             resp = requests.post(f"{self.ts.inference_url}{request.path}", data=request.body, headers=headers,
                                  timeout=(5, timeout_s))
@@ -161,6 +165,13 @@ class Sender:
             return Reply(0, b"", "", f"no valid HTTP reply within {timeout_s:.0f} s: {type(exc).__name__}: {exc}"[:400])
         return Reply(resp.status_code, resp.content, body_message(resp.content),
                      headers={k.lower(): v for k, v in resp.headers.items()})
+
+    def _strict(self, request: Request, headers: dict, timeout_s: float) -> Reply:
+        try:
+            status, found, body = raw_http.exchange(self.ts.inference_url, request.path, request.body, headers, timeout_s)
+        except (raw_http.MalformedReply, OSError) as err:
+            return Reply(0, b"", "", f"no valid HTTP reply: {type(err).__name__}: {err}"[:400])
+        return Reply(status, body, body_message(body), headers=found)
 
     def _grpc(self, request: Request, timeout_s: float) -> Reply:
         method, model = request.path[len(GRPC):].split("/", 1)
