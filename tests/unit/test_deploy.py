@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from deployment import __main__ as cli
-from deployment import plan, validate
+from deployment import image, plan, validate
 from deployment.errors import DeployError, ValidationFailed
 from deployment.plan import PlanOptions, make_plan
 from serving.repo import REPO_ROOT
@@ -227,3 +227,12 @@ def test_a_variant_other_than_the_recorded_one_is_an_error(fake_repo, tmp_path) 
     cfg.write_text(cfg.read_text().replace('"marName": "minilm.mar"', '"marName": "minilm.onnx-int8.mar"'))
     with pytest.raises(DeployError, match=r"marName='minilm.onnx-int8.mar' \(record: minilm.mar\)"):
         generate(fake_repo, tmp_path / "deploy")
+
+
+def test_pip_install_r_requirements_txt_installs_the_images_serve_lock() -> None:
+    """The top-level requirements.txt a user installs is the serve lock itself (hashes included, so pip
+    checks every file), on PyTorch's CPU index as the image installs it."""
+    lines = [line for line in (REPO_ROOT / "requirements.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert lines == [f"--extra-index-url {image.TORCH_CPU_INDEX}", f"-r {image.SERVE_LOCK}"]
+    assert "--hash=sha256:" in (REPO_ROOT / image.SERVE_LOCK).read_text()
