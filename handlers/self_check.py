@@ -5,7 +5,7 @@ int8 graph can answer differently on another one: ONNX Runtime and fbgemm choose
 by the CPU's instructions (AMX, AVX-512 VNNI, AVX-VNNI or plain AVX2). So the build packs into
 every gated archive a few held-out inputs (those where the variant came nearest to the gate's bound)
 with the fp32 eager model's outputs for them (`self_check.json`), and at load the worker runs the
-variant on them, one at a time through the family's decode and collate, and measures the answers
+variant on them, as one batch through the family's decode and collate, and measures the answers
 with the gate's own measure (`agreement`, which the gate uses too). Below the gate's bound the
 worker refuses to load (a ConfigError naming the model, the variant, the figure, the bound and the
 fix); the time it took is logged either way.
@@ -155,18 +155,17 @@ class Packed:
 
 
 def outputs(inputs: Sequence[Packed], family, infer: Callable) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """Each input decoded and collated alone (an int8 answer depends on its batch-mates), run by
-    `infer` (the worker's forward pass), on the host as float32; and the input each row is of."""
-    rows, owners = [], []
+    """The inputs decoded, collated as one batch (the same batch at build and at load: a dynamic int8
+    answer depends on its batch-mates) and run by `infer` (the worker's forward pass), on the host as
+    float32; and the input each output row is of (a request may hold several items)."""
+    decoded, owners = [], []
     for index, item in enumerate(inputs):
         try:
-            decoded = family.decode(item.body, item.content_type)
+            decoded.append(family.decode(item.body, item.content_type))
         except HandlerError as err:
             raise ConfigError(f"self-check input {item.name} is refused by the model: {err.message}") from None
-        out = infer(family.collate([decoded])).detach().float().cpu()
-        rows.append(out)
-        owners.extend([index] * out.shape[0])
-    return torch.cat(rows), tuple(owners)
+        owners.extend([index] * family.model_inputs(family.collate(decoded[-1:]))[0].shape[0])
+    return infer(family.collate(decoded)).detach().float().cpu(), tuple(owners)
 
 
 @dataclass(frozen=True)
@@ -200,8 +199,12 @@ class SelfCheck:
                               "(make build)") from None
 
     def measure(self, family, infer: Callable) -> Agreement:
-        """Per input: the variant's outputs here against the packed fp32 ones."""
-        found, owners = outputs(self.inputs, family, infer)
+        """Per input: the variant's outputs here against the packed fp32 ones. A TorchScript graph runs
+        unfused: its profiling executor would otherwise spend its shape specialisations, and seconds
+        of fusion compiles, on these batch-1 shapes before warm-up (the kernels whose numerics depend
+        on the CPU, int8 and reduced precision, are the same ones either way)."""
+        with torch.jit.optimized_execution(False):
+            found, owners = outputs(self.inputs, family, infer)
         return agreement(self.kind, self.bounds, self.reference, found).by_input(owners)
 
     def summary(self, found: Agreement) -> str:
