@@ -1,7 +1,7 @@
 """Every archive `make build` wrote passes its self-check on this machine (handlers/self_check.py):
 each variant's worker, started in-process, measures the variant on its packed held-out inputs
-within the gate's bound, in well under a second. A variant this host's gate rejected is skipped
-with the gate's figure (tests/archived.py)."""
+within the gate's bound, in one forward pass (minilm: under a second). A variant this host's gate
+rejected is skipped with the gate's figure (tests/archived.py)."""
 
 from __future__ import annotations
 
@@ -34,4 +34,4 @@ def test_each_archived_variant_passes_its_self_check_here(model_store, tmp_path,
     assert line is not None, caplog.text
     ms = float(re.search(r"in ([\d.]+) ms", line).group(1))
     print(f"\n{line}")
-    assert ms < 1000, line
+    assert ms < (1000 if model == "minilm" else 5000), line  # one forward pass of a handful of inputs
