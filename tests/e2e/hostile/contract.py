@@ -1,4 +1,5 @@
-"""The contract a hostile request is held to, on a real TorchServe, and how each one goes out.
+"""The contract a hostile request is held to, on a real TorchServe (requests travel by
+tests/e2e/hostile/transport.py; batching is witnessed by tests/e2e/hostile/witnesses.py).
 
 For every probe (one hostile request) `Contract.hold`:
 - sends it together with good batch-mates (a barrier releases them at once; the server's batch
@@ -19,40 +20,25 @@ example costs real requests).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Optional
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
 
-import grpc
-import requests
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
+from hypothesis.strategies import SearchStrategy
 
-from benchmarks.load.server_metrics import Scrape
-from serving.grpc_client import GrpcClient, error_message, refusal
-from serving.launcher import TorchServe
-from tests.e2e.helpers import batches_since, formed_batches
-from tests.e2e.hostile import raw_http
+from tests.e2e.hostile.transport import GRPC, Reply, Request, Sender
+from tests.e2e.hostile.witnesses import Batches, RunningPeak, Witness
+
+__all__ = ["REFUSE", "ANSWER", "EITHER", "GRPC", "Expect", "Probe", "Mate", "Judge", "Request", "Reply", "Sender",
+           "Contract", "Batches", "RunningPeak", "Witness", "attack", "problems"]
 
 REFUSE, ANSWER, EITHER = "refuse", "answer", "either"
-TIMEOUT_S = float(os.environ.get("HOSTILE_TIMEOUT_S", "30"))
 READY_TIMEOUT_S = 180.0
 CANARY_TIMEOUT_S = 10.0  # whether a model answers at all (before a test, after a broken contract)
-GRPC = "grpc:"  # Request.path prefix: grpc:Predictions/<model>, grpc:StreamPredictions/<model>
-
-# gRPC status -> the HTTP status TorchServe maps to it (GRPCUtils at v0.12.0); DEADLINE_EXCEEDED and
-# CANCELLED mean no answer in time. UNIMPLEMENTED is a refusal only where StreamPredictions is asked
-# of a model that answers in one piece (the one call it may refuse that way).
-_GRPC_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.FAILED_PRECONDITION: 400,
-                grpc.StatusCode.OUT_OF_RANGE: 416, grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.ABORTED: 409,
-                grpc.StatusCode.PERMISSION_DENIED: 403, grpc.StatusCode.UNAUTHENTICATED: 401,
-                grpc.StatusCode.RESOURCE_EXHAUSTED: 413, grpc.StatusCode.UNAVAILABLE: 503,
-                grpc.StatusCode.INTERNAL: 500, grpc.StatusCode.UNKNOWN: 500, grpc.StatusCode.DATA_LOSS: 500}
 
 
 def hostile(examples: int):
@@ -81,29 +67,6 @@ class Expect:
         return self.outcome + (f" {self.status}" if self.status else "") + (f" naming {self.words}" if self.words else "")
 
 
-@dataclass(frozen=True)
-class Request:
-    """A POST to `path` (REST), or `grpc:<Method>/<model>` (gRPC: no content type, no headers)."""
-
-    path: str
-    body: bytes
-    content_type: Optional[str] = None  # None: no Content-Type header
-    headers: tuple[tuple[str, str], ...] = ()
-    strict: bool = False  # REST: over a plain socket, the reply's bytes checked (tests/e2e/hostile/raw_http.py)
-
-    def __repr__(self) -> str:
-        return f"POST {self.path} {self.content_type!r} {len(self.body)} B: {self.body[:200]!r}"
-
-
-@dataclass(frozen=True)
-class Reply:
-    status: int  # 0: no valid reply in time
-    body: bytes
-    message: str  # the error message its body carries
-    problem: str = ""  # status 0: why
-    headers: Mapping[str, str] = field(default_factory=dict)  # names lower-cased (REST only)
-
-
 Judge = Callable[[Reply], Optional[str]]  # what is wrong with a 200's answer, or None
 
 
@@ -121,89 +84,6 @@ class Mate:
 
     request: Request
     judge: Judge
-
-
-def body_message(body: bytes) -> str:
-    """The error text of TorchServe's {"code", "type", "message"}, KServe's {"error": "..."} or
-    OpenAI's {"error": {"message": ...}}; "" when the body carries none."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        return ""
-    if not isinstance(doc, dict):
-        return ""
-    error = doc.get("error")
-    for found in (doc.get("message"), error, error.get("message") if isinstance(error, dict) else None):
-        if isinstance(found, str) and found.strip():
-            return found
-    return ""
-
-
-class Sender:
-    """Sends a Request to one server, REST or gRPC, and reads what comes back as a Reply."""
-
-    def __init__(self, ts: TorchServe, timeout_s: float = TIMEOUT_S) -> None:
-        self.ts, self.timeout_s = ts, timeout_s
-        self.grpc = GrpcClient(ts.grpc_target, ts.tokens.inference, timeout_s)
-
-    def close(self) -> None:
-        self.grpc.close()
-
-    def send(self, request: Request, timeout_s: Optional[float] = None) -> Reply:
-        timeout_s = timeout_s or self.timeout_s
-        if request.path.startswith(GRPC):
-            return self._grpc(request, timeout_s)
-        headers = {"Authorization": f"Bearer {self.ts.tokens.inference}", **dict(request.headers)}
-        if request.content_type is not None:
-            headers["Content-Type"] = request.content_type
-        if request.strict:
-            return self._strict(request, headers, timeout_s)
-        try:  # a new connection each time: a reply that breaks HTTP framing cannot spill into the next
-            resp = requests.post(f"{self.ts.inference_url}{request.path}", data=request.body, headers=headers,
-                                 timeout=(5, timeout_s))
-        except requests.RequestException as exc:
-            return Reply(0, b"", "", f"no valid HTTP reply within {timeout_s:.0f} s: {type(exc).__name__}: {exc}"[:400])
-        return Reply(resp.status_code, resp.content, body_message(resp.content),
-                     headers={k.lower(): v for k, v in resp.headers.items()})
-
-    def _strict(self, request: Request, headers: dict, timeout_s: float) -> Reply:
-        try:
-            status, found, body = raw_http.exchange(self.ts.inference_url, request.path, request.body, headers, timeout_s)
-        except (raw_http.MalformedReply, OSError) as err:
-            return Reply(0, b"", "", f"no valid HTTP reply: {type(err).__name__}: {err}"[:400])
-        return Reply(status, body, body_message(body), headers=found)
-
-    def _grpc(self, request: Request, timeout_s: float) -> Reply:
-        method, model = request.path[len(GRPC):].split("/", 1)
-        try:
-            if method == "Predictions":
-                chunks = [self.grpc.predict(model, request.body, raw=True, timeout_s=timeout_s)]
-            else:
-                chunks = list(self.grpc.stream_predict(model, request.body, raw=True, any_body=True, timeout_s=timeout_s))
-        except grpc.RpcError as err:
-            code = err.code()
-            if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-                return Reply(0, b"", "", f"gRPC {method}: {code.name} (no answer within {timeout_s:.0f} s)")
-            if code is grpc.StatusCode.UNIMPLEMENTED:
-                status = 405 if method == "StreamPredictions" else 501
-            else:
-                status = _GRPC_STATUS.get(code, 500)
-            return Reply(status, b"", error_message(err), f"gRPC {code.name}")
-        refused = next((r for r in map(refusal, chunks) if r is not None), None)
-        if refused is not None:
-            return Reply(refused.status, refused.body, refused.message)
-        return Reply(200, b"".join(chunks), "")
-
-    def together(self, requests_: Sequence[Request]) -> list[Reply]:
-        """All at once: a barrier releases every thread together, so that they share a batch."""
-        barrier = threading.Barrier(len(requests_))
-
-        def go(request: Request) -> Reply:
-            barrier.wait(timeout=30)
-            return self.send(request)
-
-        with ThreadPoolExecutor(max_workers=len(requests_)) as pool:
-            return list(pool.map(go, requests_))
 
 
 def problems(reply: Reply, expect: Expect, judge: Judge) -> list[str]:
@@ -229,71 +109,6 @@ def problems(reply: Reply, expect: Expect, judge: Judge) -> list[str]:
     if expect.words and not any(w.lower() in reply.message.lower() for w in expect.words):
         found.append(f"the message names none of {list(expect.words)}: {reply.message!r}")
     return found
-
-
-class Witness:
-    """Proves that a test's batch-mates shared batches (no-op base)."""
-
-    def start(self) -> None: ...
-
-    def sent(self) -> None: ...
-
-    def verify(self) -> None: ...
-
-
-class Batches(Witness):
-    """The handler's HandlerBatches{BatchSize} counter: each group's batch-mates (`least` items at
-    least) formed one batch; a few groups may have been split by scheduling on a busy machine."""
-
-    def __init__(self, ts: TorchServe, model: str, least: int) -> None:
-        self.ts, self.model, self.least, self.groups, self.before = ts, model, least, 0, {}
-
-    def start(self) -> None:
-        self.before, self.groups = formed_batches(self.ts, self.model), 0
-
-    def sent(self) -> None:
-        self.groups += 1
-
-    def verify(self) -> None:
-        new = batches_since(self.ts, self.model, self.before, items=self.groups * (self.least + 1))
-        together = sum(n for size, n in new.items() if size >= self.least)
-        assert together >= max(1, self.groups - self.groups // 5), (
-            f"{self.model}: {self.groups} groups sent, only {together} batches of {self.least}+ items formed "
-            f"({new}): the batch-mates did not share batches")
-
-
-class RunningPeak(Witness):
-    """A generating model: GenerationPeakRunningSequences (sequences one step advanced together)
-    read while the test runs; at least two ran together."""
-
-    def __init__(self, ts: TorchServe, model: str) -> None:
-        self.ts, self.model, self.peak = ts, model, 0.0
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def _read(self) -> None:
-        try:
-            self.peak = max(self.peak, Scrape.of(self.ts.metrics_text()).total("GenerationPeakRunningSequences", self.model))
-        except (requests.RequestException, ValueError):
-            pass
-
-    def start(self) -> None:
-        def loop():
-            while not self._stop.wait(0.25):
-                self._read()
-
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
-
-    def verify(self) -> None:
-        settled = time.monotonic() + 3.0  # the engine loop reports about once a second
-        while self.peak < 2 and time.monotonic() < settled:
-            time.sleep(0.25)
-        self._stop.set()
-        assert self.peak >= 2, f"{self.model}: no two sequences ever generated together (peak {self.peak})"
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 class Contract:
@@ -352,3 +167,18 @@ class Contract:
         if found:
             raise AssertionError("\n".join([f"{self.model}: {probe.label} (expected {probe.expect!r})",
                                             f"  sent {probe.request!r}", *(f"  - {p}" for p in found)]))
+
+
+def attack(contract: Contract, strategy: SearchStrategy, to_probe: Callable[[Any], Probe], examples: int,
+           explicit: Sequence[Any] = ()) -> None:
+    """Hold `contract` for `explicit` and then `examples` draws of `strategy`, each made a probe by `to_probe`;
+    on success, the contract's witness verifies the batching."""
+    with contract:
+        @hostile(examples)
+        @given(strategy)
+        def run(drawn):
+            contract.hold(to_probe(drawn))
+
+        for value in reversed(explicit):
+            run = example(value)(run)
+        run()

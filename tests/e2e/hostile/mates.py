@@ -52,18 +52,6 @@ def canary(model: str, served: str | None = None) -> Request:
     return Request(f"/predictions/{served or model}", body, ctype)
 
 
-def once(make: Callable[[], Sequence[Mate]]) -> Callable[[], Sequence[Mate]]:
-    """`make`'s mates, built on the first call (after the contract's canary), the same ever after."""
-    built: list = []
-
-    def mates() -> Sequence[Mate]:
-        if not built:
-            built.extend(make())
-        return built
-
-    return mates
-
-
 def family_of(model: str) -> str:
     return settings_of(model).family
 

@@ -10,6 +10,7 @@ value; or a random body.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -39,8 +40,8 @@ def stop_strings(draw, greedy: str) -> Any:
 
 
 @st.composite
-def generation(draw, model: str, chat: bool, greedy: dict[str, str]) -> Body:
-    """`greedy`: each prompt's answer at temperature 0 (where stop strings are cut from)."""
+def generation(draw, model: str, chat: bool, greedy: Callable[[], dict[str, str]]) -> Body:
+    """`greedy()`: each prompt's answer at temperature 0 (where stop strings are cut from)."""
     prompt = draw(st.sampled_from(PROMPTS))
     max_tokens = draw(MAX_TOKENS)
     body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0}
@@ -48,7 +49,7 @@ def generation(draw, model: str, chat: bool, greedy: dict[str, str]) -> Body:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
-    stop = draw(stop_strings(greedy.get(prompt, "")))
+    stop = draw(stop_strings(greedy().get(prompt, "")))
     if stop is not None:
         body["stop"] = stop
     stream = draw(st.sampled_from([None, False, True]))

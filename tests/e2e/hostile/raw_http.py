@@ -44,6 +44,9 @@ def exchange(base_url: str, path: str, body: bytes, headers: dict[str, str], tim
                 chunk = sock.recv(65536)
             except TimeoutError:
                 break
+            except ConnectionResetError:  # TorchServe resets the connection it closes after a 4xx
+                closed = True
+                break
             if not chunk:
                 closed = True
                 break

@@ -7,17 +7,17 @@ its family reads a type-less body the way the REST request had it (JSON)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 
 from handlers.families import family_class
 from tests.e2e.conftest import MODELS
 from tests.e2e.hostile import answers, bodies
 from tests.e2e.hostile.bodies import JSON, Body
-from tests.e2e.hostile.contract import ANSWER, EITHER, GRPC, Batches, Contract, Expect, Probe, Request, hostile
-from tests.e2e.hostile.mates import canary, grpc_mates, instances, once, references
+from tests.e2e.hostile.contract import ANSWER, EITHER, GRPC, Batches, Contract, Expect, Probe, Request, attack
+from tests.e2e.hostile.mates import canary, grpc_mates, instances, references
 
 pytestmark = pytest.mark.e2e
 
@@ -39,36 +39,31 @@ def examples(draw, model: str) -> Body:
     return Body(f"example {index}", every[index].raw, None, Expect(ANSWER), (index,))
 
 
-def probe(alone, model: str, method: str, body: Body) -> Probe:
-    if body.instances:
-        judge = answers.same_as(model, answers.rest, references(alone, model, [instances(model)[i] for i in body.instances]))
-    else:
-        judge = answers.well_formed(model, answers.rest, 1)
-    return Probe(Request(f"{GRPC}{method}/{model}", body.data), body.expect, judge, body.label)
+def prober(alone, model: str, method: str):
+    """Body -> Probe over gRPC `method`: a 200 is one well-formed answer, its example's where it is one."""
+    def probe(body: Body) -> Probe:
+        if body.instances:
+            refs = references(alone, model, [instances(model)[i] for i in body.instances])
+            judge = answers.same_as(model, answers.rest, refs)
+        else:
+            judge = answers.well_formed(model, answers.rest, 1)
+        return Probe(Request(f"{GRPC}{method}/{model}", body.data), body.expect, judge, body.label)
+
+    return probe
 
 
 def contract(sender, alone, model: str) -> Contract:
-    return Contract(sender, model, canary(model), once(lambda: grpc_mates(alone, model)), Batches(sender.ts, model, 3))
+    return Contract(sender, model, canary(model), cache(lambda: grpc_mates(alone, model)), Batches(sender.ts, model, 3))
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_grpc_predictions(sender, alone, model):
-    with contract(sender, alone, model) as held:
-        @hostile(EXAMPLES)
-        @given(body=st.one_of(examples(model), bodies.anything(model).map(lambda b: typeless(model, b))))
-        def run(body):
-            held.hold(probe(alone, model, "Predictions", body))
-
-        run()
+    strategy = st.one_of(examples(model), bodies.anything(model).map(lambda b: typeless(model, b)))
+    attack(contract(sender, alone, model), strategy, prober(alone, model, "Predictions"), EXAMPLES)
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_grpc_stream_predictions_on_a_model_that_answers_in_one_piece(sender, alone, model):
     """Answered in one message (the Predictions answer) or refused: either way the worker lives."""
-    with contract(sender, alone, model) as held:
-        @hostile(EXAMPLES // 2)
-        @given(body=st.one_of(examples(model), bodies.anything(model)).map(lambda b: replace(b, expect=Expect(EITHER))))
-        def run(body):
-            held.hold(probe(alone, model, "StreamPredictions", body))
-
-        run()
+    strategy = st.one_of(examples(model), bodies.anything(model)).map(lambda b: replace(b, expect=Expect(EITHER)))
+    attack(contract(sender, alone, model), strategy, prober(alone, model, "StreamPredictions"), EXAMPLES // 2)

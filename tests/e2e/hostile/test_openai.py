@@ -6,15 +6,15 @@ name are refused by name; odd values and random bodies never cost a fault, a bat
 from __future__ import annotations
 
 import json
+from functools import cache
 
 import pytest
-from hypothesis import given
 
 from tests.e2e.conftest import LM
 from tests.e2e.hostile import answers, openai_bodies
 from tests.e2e.hostile.bodies import Body
 from tests.e2e.hostile.conftest import EMBEDDER
-from tests.e2e.hostile.contract import ANSWER, Batches, Contract, Judge, Probe, Request, RunningPeak, hostile
+from tests.e2e.hostile.contract import ANSWER, Batches, Contract, Judge, Probe, Request, RunningPeak, attack
 from tests.e2e.hostile.mates import (
     JSON,
     LM_TOKENS,
@@ -23,7 +23,6 @@ from tests.e2e.hostile.mates import (
     canary,
     embedding_mates,
     instances,
-    once,
     openai_lm_mates,
     openai_path,
     references,
@@ -67,34 +66,29 @@ def generation_judge(body: Body, texts: dict[str, str]) -> Judge:
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat/completions"])
 def test_openai_generation(sender, alone, endpoint):
-    with Contract(sender, LM, canary(LM), once(lambda: openai_lm_mates(alone, LM)), RunningPeak(sender.ts, LM)) as held:
-        texts = greedy(alone, endpoint)
+    texts = cache(lambda: greedy(alone, endpoint))  # asked once the contract has seen the model answer
 
-        @hostile(EXAMPLES)
-        @given(body=openai_bodies.generation(LM, endpoint == "chat/completions", texts))
-        def run(body):
-            held.hold(Probe(Request(openai_path(LM, endpoint), body.data, body.content_type), body.expect,
-                            generation_judge(body, texts), body.label))
+    def probe(body: Body) -> Probe:
+        return Probe(Request(openai_path(LM, endpoint), body.data, body.content_type), body.expect,
+                     generation_judge(body, texts()), body.label)
 
-        run()
+    held = Contract(sender, LM, canary(LM), cache(lambda: openai_lm_mates(alone, LM)), RunningPeak(sender.ts, LM))
+    attack(held, openai_bodies.generation(LM, endpoint == "chat/completions", texts), probe, EXAMPLES)
 
 
 def test_openai_embeddings(sender, alone):
     every = instances(EMBEDDER)
-    texts = [i.v2_string for i in every]
-    with Contract(sender, EMBEDDER, canary(EMBEDDER), once(lambda: embedding_mates(alone, EMBEDDER, dimensions)),
-                  Batches(sender.ts, EMBEDDER, 3)) as held:
-        dimensions = len(references(alone, EMBEDDER, every[:1])[0]["embedding"])
-        parse = answers.openai_embeddings(dimensions)
+    dimensions = cache(lambda: len(references(alone, EMBEDDER, every[:1])[0]["embedding"]))
 
-        @hostile(EXAMPLES)
-        @given(body=openai_bodies.embeddings(EMBEDDER, texts))
-        def run(body):
-            if body.instances:
-                judge = answers.same_as(EMBEDDER, parse, references(alone, EMBEDDER, [every[i] for i in body.instances]))
-            else:
-                judge = answers.well_formed(EMBEDDER, parse)
-            held.hold(Probe(Request(openai_path(EMBEDDER, "embeddings"), body.data, body.content_type), body.expect,
-                            judge, body.label))
+    def probe(body: Body) -> Probe:
+        parse = answers.openai_embeddings(dimensions())
+        if body.instances:
+            judge = answers.same_as(EMBEDDER, parse, references(alone, EMBEDDER, [every[i] for i in body.instances]))
+        else:
+            judge = answers.well_formed(EMBEDDER, parse)
+        return Probe(Request(openai_path(EMBEDDER, "embeddings"), body.data, body.content_type), body.expect, judge,
+                     body.label)
 
-        run()
+    held = Contract(sender, EMBEDDER, canary(EMBEDDER), cache(lambda: embedding_mates(alone, EMBEDDER, dimensions())),
+                    Batches(sender.ts, EMBEDDER, 3))
+    attack(held, openai_bodies.embeddings(EMBEDDER, [i.v2_string for i in every]), probe, EXAMPLES)

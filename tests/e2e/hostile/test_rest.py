@@ -5,50 +5,44 @@ the text embedder also with its response cache on; the causal LM with odd length
 from __future__ import annotations
 
 import json
+from functools import cache
 
 import pytest
-from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.e2e.conftest import LM, MODELS
 from tests.e2e.hostile import answers, bodies
 from tests.e2e.hostile.conftest import CACHED, EMBEDDER
-from tests.e2e.hostile.contract import ANSWER, Batches, Contract, Expect, Probe, Request, RunningPeak, hostile
-from tests.e2e.hostile.mates import JSON, PROMPTS, cached_mates, canary, once, rest_mates
+from tests.e2e.hostile.contract import ANSWER, Batches, Contract, Expect, Probe, Request, RunningPeak, attack
+from tests.e2e.hostile.mates import JSON, PROMPTS, cached_mates, canary, rest_mates
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLES = 12
 
 
-def probe(path: str, model: str, body: bodies.Body) -> Probe:
-    return Probe(Request(path, body.data, body.content_type, body.headers), body.expect,
-                 answers.well_formed(model, answers.rest, 1), body.label)
+def prober(served: str, model: str):
+    """Body -> Probe at /predictions/<served>: a 200 must be one well-formed answer of `model`'s family."""
+    def probe(body: bodies.Body) -> Probe:
+        return Probe(Request(f"/predictions/{served}", body.data, body.content_type, body.headers), body.expect,
+                     answers.well_formed(model, answers.rest, 1), body.label)
+
+    return probe
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_predictions(sender, alone, model):
-    mates = once(lambda: rest_mates(alone, model))
-    with Contract(sender, model, canary(model), mates, Batches(sender.ts, model, 3)) as contract:
-        @hostile(EXAMPLES)
-        @given(body=bodies.anything(model))
-        def run(body):
-            contract.hold(probe(f"/predictions/{model}", model, body))
-
-        run()
+    held = Contract(sender, model, canary(model), cache(lambda: rest_mates(alone, model)), Batches(sender.ts, model, 3))
+    attack(held, bodies.anything(model), prober(model, model), EXAMPLES)
 
 
 def test_predictions_with_the_response_cache(sender, alone):
     """A form body, JSON nested past Python's limit...: refused for itself alone, whatever the cache does."""
-    make = cached_mates(alone, EMBEDDER, CACHED)
     # The cached and the bypassing batch-mates are no items of the batch: the new text is one.
-    with Contract(sender, CACHED, canary(EMBEDDER, CACHED), make, Batches(sender.ts, CACHED, 2)) as contract:
-        @hostile(EXAMPLES)
-        @given(body=st.one_of(bodies.forms(), bodies.deep_json(), bodies.anything(EMBEDDER)))
-        def run(body):
-            contract.hold(probe(f"/predictions/{CACHED}", EMBEDDER, body))
-
-        run()
+    held = Contract(sender, CACHED, canary(EMBEDDER, CACHED), cached_mates(alone, EMBEDDER, CACHED),
+                    Batches(sender.ts, CACHED, 2))
+    attack(held, st.one_of(bodies.forms(), bodies.deep_json(), bodies.anything(EMBEDDER)), prober(CACHED, EMBEDDER),
+           EXAMPLES)
 
 
 @st.composite
@@ -67,14 +61,8 @@ def generation(draw) -> bodies.Body:
 
 def test_causal_lm_predictions(sender, alone):
     """Every admitted request is answered, at any length: 1, 2, 3 new tokens, a stop string early."""
-    mates = once(lambda: rest_mates(alone, LM, count=2))
-    with Contract(sender, LM, canary(LM), mates, RunningPeak(sender.ts, LM)) as contract:
-        @hostile(EXAMPLES)
-        @given(body=generation())
-        @example(body=bodies.Body("2 new tokens", json.dumps({"prompt": PROMPTS[0], "max_new_tokens": 2}).encode(),
-                                  JSON, Expect(ANSWER)))
-        def run(body):
-            contract.hold(probe(f"/predictions/{LM}", LM, body))
-
-        run()
+    held = Contract(sender, LM, canary(LM), cache(lambda: rest_mates(alone, LM, count=2)), RunningPeak(sender.ts, LM))
+    two = bodies.Body("2 new tokens", json.dumps({"prompt": PROMPTS[0], "max_new_tokens": 2}).encode(), JSON,
+                      Expect(ANSWER))
+    attack(held, generation(), prober(LM, LM), EXAMPLES, [two])
 
