@@ -61,12 +61,18 @@ def generation(draw, model: str, chat: bool, greedy: Callable[[], dict[str, str]
     how = draw(st.sampled_from(["valid", "valid", "valid", "unknown field", "odd value", "random body"]))
     if how == "valid":
         return Body(label, _dumps(body), JSON, Expect(ANSWER))
+    return _spoiled(draw, label, body, how, sorted(body))
+
+
+def _spoiled(draw, label: str, body: dict, how: str, fields: list[str]) -> Body:
+    """`body` with a field OpenAI does not have (refused by name), one of `fields` given an odd value,
+    or a random body instead."""
     if how == "unknown field":
         name = draw(FIELD_NAMES)
         return Body(f"{label}, unknown field {name!r}", _dumps({**body, name: draw(JSON_VALUES)}), JSON,
                     Expect(REFUSE, 400, words_naming(name)))
     if how == "odd value":
-        field = draw(st.sampled_from(sorted(body)))
+        field = draw(st.sampled_from(fields))
         value = draw(HOSTILE_VALUES)
         return Body(f"{label}, {field} := {value!r}"[:160], _dumps({**body, field: value}), JSON, Expect(EITHER))
     return Body("random body", _dumps(draw(JSON_VALUES)), draw(st.sampled_from([JSON, None, "text/plain"])),
@@ -88,14 +94,6 @@ def embeddings(draw, model: str, texts: list[str]) -> Body:
     if how == "random text":
         value = draw(st.text(max_size=40) | st.lists(st.text(max_size=20), min_size=1, max_size=4))
         return Body(f"embeddings of {value!r}"[:120], _dumps({**body, "input": value}), JSON, Expect(EITHER))
-    if how == "unknown field":
-        name = draw(FIELD_NAMES)
-        return Body(f"embeddings, unknown field {name!r}", _dumps({**body, name: draw(JSON_VALUES)}), JSON,
-                    Expect(REFUSE, 400, words_naming(name)))
-    if how == "odd value":
-        field = draw(st.sampled_from(["input", "encoding_format", "dimensions", "model", "user"]))
-        value = draw(HOSTILE_VALUES)
-        return Body(f"embeddings, {field} := {value!r}"[:160], _dumps({**body, field: value}), JSON, Expect(EITHER))
     if how == "too many":
         count = draw(st.integers(65, 300))
         return Body(f"embeddings of {count} texts", _dumps({**body, "input": [texts[0]] * count}), JSON,
@@ -103,5 +101,4 @@ def embeddings(draw, model: str, texts: list[str]) -> Body:
     if how == "token arrays":
         return Body("embeddings of token arrays", _dumps({**body, "input": [[1, 2, 3]]}), JSON,
                     Expect(REFUSE, None, ("input",)))
-    return Body("random body", _dumps(draw(JSON_VALUES)), draw(st.sampled_from([JSON, None, "text/plain"])),
-                Expect(EITHER))
+    return _spoiled(draw, "embeddings", body, how, ["input", "encoding_format", "dimensions", "model", "user"])
