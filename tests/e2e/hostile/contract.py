@@ -27,10 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import requests
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis.strategies import SearchStrategy
 
 from serving import processes
+from serving.errors import ApiError
 from tests.e2e.hostile.transport import GRPC, Reply, Request, Sender
 from tests.e2e.hostile.witnesses import Batches, RunningPeak, Witness
 
@@ -134,10 +136,9 @@ class Contract:
         try:
             pids = self.ready_pids()
             if self.sender.send(self.canary, CANARY_TIMEOUT_S).status != 200:
-                # A worker alive but answering nothing: ended, so that TorchServe starts a fresh one.
-                print(f"[hostile] {self.model} answers nothing: ending its worker {pids}", file=sys.stderr, flush=True)
-                processes.end([p for p in map(processes.process, pids) if p is not None], grace_s=0.0)
-                self.ready_pids(other_than=pids)
+                self.restart(pids)
+                if self.sender.send(self.canary, CANARY_TIMEOUT_S).status != 200:
+                    raise AssertionError(f"{self.model} answers nothing, even from a fresh worker")
         except AssertionError as err:
             self.unrecoverable[key] = str(err)
             raise
@@ -149,6 +150,18 @@ class Contract:
             self.witness.verify()
         elif isinstance(self.witness, RunningPeak):
             self.witness.stop()
+
+    def restart(self, pids: tuple[int, ...]) -> None:
+        """A fresh worker for a model that answers nothing: its process ended (a wedged one never
+        unloads), then the model scaled to none and back (a wedged frontend thread goes with it)."""
+        print(f"[hostile] {self.model} answers nothing: a fresh worker in place of {pids}", file=sys.stderr, flush=True)
+        processes.end([p for p in map(processes.process, pids) if p is not None], grace_s=0.0)
+        try:
+            self.ts.client.scale_workers(self.model, 0, timeout_s=60)
+            self.ts.client.scale_workers(self.model, 1, timeout_s=120)
+        except (ApiError, requests.RequestException) as err:
+            raise AssertionError(f"{self.model}: no fresh worker: {err}"[:400]) from None
+        self.ready_pids(other_than=pids)
 
     def ready_pids(self, other_than: tuple[int, ...] = ()) -> tuple[int, ...]:
         """The model's worker pids once every worker is READY (a restarting one is waited for), none
