@@ -94,14 +94,6 @@ def refusal(answer: bytes) -> HandlerRefused | None:
     return HandlerRefused(body["code"], str(body["type"]), str(body["message"]), answer)
 
 
-def asks_for_stream(data: bytes) -> bool:
-    try:
-        body = json.loads(data)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(body, dict) and body.get("stream") is True
-
-
 def encode(body: Body) -> bytes:
     """A mapping as JSON, text as UTF-8, bytes as they are: the frontend forwards raw bytes only."""
     if isinstance(body, Mapping):
@@ -176,13 +168,9 @@ class GrpcClient:
 
     def stream_predict(self, model: str, body: Body, version: str | None = None, *, token: str | None = None,
                        headers: Mapping[str, str] | None = None, timeout_s: float | None = None,
-                       raw: bool = False, any_body: bool = False) -> Iterator[bytes]:
-        """StreamPredictions: each chunk's bytes as it arrives (a causal LM's NDJSON lines). The body
-        must be JSON with `"stream": true` (ValueError otherwise, before anything is sent):
-        `any_body=True` sends it anyway. Leaving the loop early cancels the call."""
-        if not any_body and not asks_for_stream(encode(body)):
-            raise ValueError('StreamPredictions takes a JSON body with "stream": true: an answer sent in one piece '
-                             "costs the model a worker in TorchServe 0.12 (docs/api.md#grpc); use predict()")
+                       raw: bool = False) -> Iterator[bytes]:
+        """StreamPredictions: each chunk's bytes as it arrives (a causal LM's NDJSON lines; an answer
+        sent in one piece is one message). Leaving the loop early cancels the call."""
         call = self._stub.StreamPredictions(self._request(model, body, version), metadata=self._metadata(token, headers),
                                             timeout=timeout_s or self.timeout_s)
         try:

@@ -261,7 +261,7 @@ def test_streampredictions_of_a_single_answer_is_that_answer_and_costs_no_worker
     expected = rest_bytes(ts, EMBEDDER, text.encode(), "text/plain")
     with ThreadPoolExecutor(4) as pool:  # REST batch-mates sent beside it
         mates = [pool.submit(ts.predict, EMBEDDER, f"{text} {i}".encode(), "text/plain") for i in range(3)]
-        messages = list(client.stream_predict(EMBEDDER, text, timeout_s=30, any_body=True))
+        messages = list(client.stream_predict(EMBEDDER, text, timeout_s=30))
         assert all(mate.result().status_code == 200 for mate in mates)
     assert messages == [expected]
     assert ts.client.worker_pids(EMBEDDER) == before

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from serving.grpc_client import HandlerRefused, asks_for_stream, encode, error_message, grpc_code, refusal
+from serving.grpc_client import HandlerRefused, encode, error_message, grpc_code, refusal
 from serving.grpc_forms import grpc_body
 from serving.grpc_stubs import PROTO, SERVICES, generate, stubs_folder
 from serving.ts_config import ServerConfig
@@ -130,17 +130,3 @@ def test_an_answer_is_not_taken_for_a_refusal(answer):
                                               (503, grpc.StatusCode.UNAVAILABLE), (200, grpc.StatusCode.OK)])
 def test_torchserves_status_mapping(status, code):
     assert grpc_code(status) == code
-
-
-@pytest.mark.parametrize(("body", "streamed"), [(b'{"prompt": "x", "stream": true}', True), (b'{"prompt": "x"}', False),
-                                                (b'{"stream": "yes"}', False), (b"plain text", False), (b"[1]", False)])
-def test_only_a_body_asking_for_a_stream_goes_to_streampredictions(body, streamed):
-    assert asks_for_stream(body) is streamed
-
-
-def test_stream_predict_refuses_a_single_answer_before_sending():
-    from serving.grpc_client import GrpcClient
-
-    with GrpcClient("127.0.0.1:9", "key") as client:  # nothing listens there: the refusal comes first
-        with pytest.raises(ValueError, match="stream"):
-            next(client.stream_predict("minilm", "A man is eating food."))

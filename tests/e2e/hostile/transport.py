@@ -111,7 +111,7 @@ class Sender:
             if method == "Predictions":
                 chunks = [self.grpc.predict(model, request.body, raw=True, timeout_s=timeout_s)]
             else:
-                chunks = list(self.grpc.stream_predict(model, request.body, raw=True, any_body=True, timeout_s=timeout_s))
+                chunks = list(self.grpc.stream_predict(model, request.body, raw=True, timeout_s=timeout_s))
         except grpc.RpcError as err:
             code = err.code()
             if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
