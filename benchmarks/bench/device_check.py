@@ -15,16 +15,18 @@ context with `gpu_id: 0` for CUDA) on each device and precision:
 - on CUDA: CUDA graphs off and on at batch 1, and the peak GPU memory;
 - a causal LM: tokens/s of its engine at `--streams` concurrent greedy sequences.
 
-A model whose archive was packed without its weights (too large to carry) gets random weights of
-its architecture, the same ones on every device: agreement and speed do not need trained weights.
-Every step asks the time budget first (`--budget-min`, default 6); what does not fit is named in
-the report, never silently left out. Writes benchmarks/reports/device-check-<time>/.
+A model packed without its weights (device_check_pack.py) gets random weights of its architecture,
+the same ones on every device. Each example is sent with its content type, and a refused one fails
+its row's agreement. Each row says what ran: the variant, the precision (a serialised graph runs the
+one it was traced at, whatever was asked), TF32 on or off. A model that fails costs its own rows,
+named in the report, not the report. Every step asks the time budget first (`--budget-min`, default
+6); what does not fit is named in the report, never silently left out. Writes
+benchmarks/reports/device-check-<time>/.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -36,13 +38,14 @@ from typing import Any, Optional
 
 import torch
 
+from benchmarks.bench.device_check_pack import RANDOM_WEIGHTS, folder_mib, pack, random_weights, read_config, what_runs
 from benchmarks.bench.device_check_report import write_report
-from benchmarks.bench.device_measure import agreement, bare_items_per_s, graph_speedup, handler_items_per_s, lm_check
+from benchmarks.bench.device_measure import agreement, answers_of, bare_items_per_s, graph_speedup, handler_items_per_s, lm_check, ran_as
 from benchmarks.load.budget import Budget
 from serving.errors import BenchmarkError
 from serving.repo import CATALOGUE, MODEL_STORE, REPORTS
 
-RANDOM_WEIGHTS = "random-weights.json"  # a packed archive's marker: make its weights at check time
+__all__ = ["RANDOM_WEIGHTS", "main", "pack", "run"]
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,9 @@ def precisions(device: str) -> tuple[str, ...]:
     return ("fp32", "bf16") if runtime.cpu_supports(torch.bfloat16) else ("fp32",)
 
 
-def model_dir(plan: CheckPlan, model: str, tmp: Path) -> Path:
-    """The model's extracted default archive, in a scratch copy (random weights are written into it)."""
+def model_dir(plan: CheckPlan, model: str, tmp: Path) -> tuple[Path, str]:
+    """The model's extracted default archive, in a scratch copy (random weights are written into
+    it), and what its rows run."""
     from build.catalogue import Catalogue
     from serving.fake_context import extract
 
@@ -87,26 +91,9 @@ def model_dir(plan: CheckPlan, model: str, tmp: Path) -> Path:
         if not archive.is_file():
             raise BenchmarkError(f"{archive} is not built (make build)")
         folder = extract(archive, tmp / model)
-    if (folder / RANDOM_WEIGHTS).is_file():
-        random_weights(folder)
-    return folder
-
-
-def random_weights(folder: Path) -> None:
-    """The archive's architecture with seeded random weights, written where its weights belong."""
-    import yaml
-
-    from handlers.families import family_class
-    from handlers.self_check import FILE as SELF_CHECK_FILE
-    from handlers.settings import HandlerSettings
-
-    settings = HandlerSettings.from_mapping(yaml.safe_load((folder / "model-config.yaml").read_text())["handler"])
-    family = family_class(settings.family)(settings.family_settings, folder)
-    torch.manual_seed(0)
-    model = family.wrap(settings.source.build(folder))
-    torch.save(model.state_dict(), folder / settings.weights)
-    # The archive's load-time self-check holds for the weights it shipped with, not for these.
-    (folder / SELF_CHECK_FILE).unlink(missing_ok=True)
+    if what_runs(folder) is not None:
+        return folder, random_weights(folder)
+    return folder, "as built"
 
 
 def handler_for(folder: Path, model: str, device: str, precision: str, batch_size: int,
@@ -114,9 +101,13 @@ def handler_for(folder: Path, model: str, device: str, precision: str, batch_siz
     """The archive's handler as a worker on `device` runs it, with these runtime settings and other
     handler sections changed."""
     from handlers.handler import Handler
+    from handlers.settings import SERIALISED_GRAPHS
     from serving.fake_context import FakeContext
 
-    overrides = {"runtime": {"precision": precision, "warmup": True, **(runtime or {})}, **(sections or {})}
+    graph = read_config(folder)["handler"]["runtime"].get("graph", "eager")
+    # A serialised graph runs the precision it was traced or exported at: asking another changes only its label.
+    asked = {} if graph in SERIALISED_GRAPHS else {"precision": precision}
+    overrides = {"runtime": {**asked, "warmup": True, **(runtime or {})}, **(sections or {})}
     context = FakeContext(folder, model, batch_size=batch_size, handler_overrides=overrides,
                           gpu_id=0 if device == "cuda" else None)
     handler = Handler()
@@ -128,7 +119,8 @@ def handler_for(folder: Path, model: str, device: str, precision: str, batch_siz
 
 
 def check_model(plan: CheckPlan, model: str, folder: Path, budget: Budget) -> dict[str, Any]:
-    """One model on every device and precision: its agreement, speed and memory."""
+    """One model on every device and precision: its agreement, speed and memory. A row that fails
+    is recorded with its error and the next row goes on."""
     from benchmarks.load.inputs import worker_requests
     from build.catalogue import Catalogue
 
@@ -137,35 +129,51 @@ def check_model(plan: CheckPlan, model: str, folder: Path, budget: Budget) -> di
     top = max(plan.batch_sizes)
     result: dict[str, Any] = {"model": model, "family": entry.family, "variant": entry.default_variant.name,
                               "random_weights": (folder / RANDOM_WEIGHTS).is_file(), "rows": [], "agreement": [],
-                              "graphs": None, "peak_gpu_mib": None}
+                              "errors": [], "graphs": None, "peak_gpu_mib": None}
     reference = None
     for device in plan.devices:
+        done: set[str] = set()
         for precision in precisions(device):
             need = 5.0 + 2 * plan.seconds * len(plan.batch_sizes)
             if not budget.allows(f"{model} on {device} {precision}", need):
                 continue
-            if device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            handler, context = handler_for(folder, model, device, precision, top)
-            answers = [json.loads(a) for a in handler.handle([{"body": body} for body, _ in requests], context)]
-            if reference is None:
-                reference = answers  # the first row: the CPU's fp32
-            result["agreement"].append({"device": device, "precision": precision,
-                                        **agreement(handler.family, reference, answers, precision)})
-            for size in plan.batch_sizes:
-                result["rows"].append({
-                    "device": device, "precision": precision, "batch_size": size,
-                    "handler_items_per_s": handler_items_per_s(handler, context, requests, size, plan.seconds),
-                    "bare_items_per_s": bare_items_per_s(handler, requests, size, plan.seconds)})
-                progress(f"{model} {device} {precision} batch {size}: " + ", ".join(
-                    f"{k} {v:.1f}" for k, v in result["rows"][-1].items() if k.endswith("per_s")))
-            if device == "cuda":
-                result["peak_gpu_mib"] = max(result["peak_gpu_mib"] or 0.0, torch.cuda.max_memory_allocated() / 2**20)
-                if precision == "fp32" and torch.version.cuda is not None \
-                        and budget.allows(f"{model} CUDA graphs at batch 1", 10 + 2 * plan.seconds):
-                    graphed, _ = handler_for(folder, model, device, precision, top, runtime={"cuda_graphs": True})
-                    result["graphs"] = graph_speedup(handler, graphed, requests, plan.seconds)
+            try:
+                if device == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                handler, context = handler_for(folder, model, device, precision, top)
+                label = ran_as(handler)
+                if label["precision"] in done:  # a serialised graph, or a precision this device lacks: ran already
+                    continue
+                done.add(label["precision"])
+                answers, refused = answers_of(handler, context, requests)
+                if reference is None and not refused:
+                    reference = answers  # the first row: the CPU's fp32
+                result["agreement"].append({"device": device, **label, **agreement(
+                    handler.family, reference or answers, answers, label["precision"], refused)})
+                for size in plan.batch_sizes:
+                    result["rows"].append({
+                        "device": device, **label, "batch_size": size,
+                        "handler_items_per_s": handler_items_per_s(handler, context, requests, size, plan.seconds),
+                        "bare_items_per_s": bare_items_per_s(handler, requests, size, plan.seconds)})
+                    progress(f"{model} {device} {label['precision']} batch {size}: " + ", ".join(
+                        f"{k} {v:.1f}" for k, v in result["rows"][-1].items() if k.endswith("per_s")))
+                if device == "cuda":
+                    peak = torch.cuda.max_memory_allocated() / 2**20
+                    result["peak_gpu_mib"] = max(result["peak_gpu_mib"] or 0.0, peak)
+                    if label["precision"] == "fp32" and torch.version.cuda is not None \
+                            and budget.allows(f"{model} CUDA graphs at batch 1", 10 + 2 * plan.seconds):
+                        graphed, _ = handler_for(folder, model, device, precision, top, runtime={"cuda_graphs": True})
+                        result["graphs"] = graph_speedup(handler, graphed, requests, plan.seconds)
+            except Exception as err:  # noqa: BLE001 - one failing row is reported, the check goes on
+                failed(result, f"{device} {precision}", err)
     return result
+
+
+def failed(result: dict[str, Any], where: str, err: BaseException) -> None:
+    """A step that raised: its error in the report and the log; the rest of the check goes on."""
+    line = f"{where}: {type(err).__name__}: {err}"[:500]
+    result.setdefault("errors", []).append(line)
+    progress(f"{result['model']} FAILED {line}")
 
 
 def run(plan: CheckPlan) -> Path:
@@ -177,40 +185,21 @@ def run(plan: CheckPlan) -> Path:
     results = []
     with tempfile.TemporaryDirectory(prefix="device-check-") as tmp:
         for model in plan.models:
-            folder = model_dir(plan, model, Path(tmp))
-            progress(f"{model}: {catalogue.entry(model).family} from {folder.name}")
-            if family_class(catalogue.entry(model).family).generates:
-                results.append(lm_check(plan, model, folder, budget, handler_for, progress))
-            else:
-                results.append(check_model(plan, model, folder, budget))
+            family = catalogue.entry(model).family
+            try:
+                folder, runs = model_dir(plan, model, Path(tmp))
+                progress(f"{model}: {family} from {folder.name} ({runs})")
+                if family_class(family).generates:
+                    result = lm_check(plan, model, folder, budget, handler_for, progress)
+                else:
+                    result = check_model(plan, model, folder, budget)
+                result["runs"] = runs
+            except Exception as err:  # noqa: BLE001 - one model that cannot run costs its own rows only
+                result = {"model": model, "family": family, "variant": catalogue.entry(model).default_variant.name,
+                          "rows": [], "agreement": [], "errors": [], "graphs": None, "peak_gpu_mib": None}
+                failed(result, "setting up", err)
+            results.append(result)
     return write_report(plan, results, budget)
-
-
-def pack(catalogue: Path, store: Path, into: Path, max_weights_mib: float) -> None:
-    """Each model's extracted default archive, its weights dropped (and made at check time) when
-    they are larger than max_weights_mib, and TorchServe's Python package without its frontend (the
-    handlers' metrics import it) in site/: what a device machine needs, under the tool's 64 MiB."""
-    import ts
-    import yaml
-
-    from build.catalogue import Catalogue
-    from serving.fake_context import extract
-
-    cat = Catalogue.load(catalogue)
-    shutil.rmtree(into, ignore_errors=True)
-    into.mkdir(parents=True)
-    shutil.copytree(Path(ts.__file__).parent, into / "site" / "ts",
-                    ignore=shutil.ignore_patterns("frontend", "__pycache__", "*.jar"))
-    for model in cat.names:
-        archive = store / cat.entry(model).default_variant.archive_name(model)
-        folder = extract(archive, into / model)
-        weights = folder / yaml.safe_load((folder / "model-config.yaml").read_text())["handler"]["weights"]
-        if weights.stat().st_size > max_weights_mib * 2**20 and weights.suffix == ".pt":
-            weights.unlink()
-            (folder / RANDOM_WEIGHTS).write_text(json.dumps({"dropped": weights.name}) + "\n")
-        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
-        print(f"{model}: {size:.1f} MiB" + (" (random weights at check time)" if (folder / RANDOM_WEIGHTS).is_file()
-                                            else ""))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -232,7 +221,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", type=Path, default=REPORTS)
     args = p.parse_args(argv)
     if args.pack:
-        pack(args.catalogue, args.store, args.pack, args.max_weights_mib)
+        try:
+            packed = pack(args.catalogue, args.store, args.pack, args.max_weights_mib)
+        except BenchmarkError as err:
+            print(f"device check pack failed: {err}", file=sys.stderr)
+            return 1
+        for p in packed:
+            print(f"{p.model} ({p.variant}): {p.mib:.1f} MiB, {p.how}")
+        print(f"{args.pack}: {folder_mib(args.pack):.1f} MiB")
         return 0
     devices = tuple(args.devices.split(",")) if args.devices else ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
     if set(devices) - {"cpu", "cuda"} or ("cuda" in devices and not torch.cuda.is_available()):

@@ -20,8 +20,9 @@ GRAPHS_TARGET = 1.3
 
 
 def _row(result: dict, device: str, size: Optional[int], precision: str = "fp32") -> Optional[dict]:
-    return next((r for r in result["rows"] if r["device"] == device and r["precision"] == precision
-                 and (size is None or r["batch_size"] == size)), None)
+    """The row at this precision, else the device's first at this size (a serialised graph runs one)."""
+    rows = [r for r in result["rows"] if r["device"] == device and (size is None or r["batch_size"] == size)]
+    return next((r for r in rows if r["precision"] == precision), rows[0] if rows else None)
 
 
 def target_rows(results: list[dict]) -> list[dict[str, Any]]:
@@ -52,6 +53,14 @@ def _fmt(value: Optional[float], digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _tf32(row: dict) -> str:
+    return "on" if row.get("tf32") else "off" if row.get("device") == "cuda" else "-"
+
+
+def _runs(result: dict) -> str:
+    return result.get("runs") or result.get("variant", "?")
+
+
 def markdown(report: dict) -> str:
     env = report["environment"]
     lines = [f"# Device check ({report['created']})", "",
@@ -61,23 +70,30 @@ def markdown(report: dict) -> str:
              f"- time budget {report['budget']['budget_s'] / 60:g} min, {report['budget']['spent_s'] / 60:.1f} min spent; "
              "not measured for want of time: " + ("; ".join(report["budget"]["left_out"]) or "nothing"), "",
              "## Agreement with the CPU's fp32 answers", "",
-             "| model | device | precision | kind | worst | target | |", "|---|---|---|---|---|---|---|"]
+             "| model | runs | device | precision | TF32 | kind | worst | target | |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for result in report["results"]:
         for a in result["agreement"]:
-            lines.append(f"| {result['model']} | {a['device']} | {a['precision']} | {a['kind']} | "
-                         f"{_fmt(a['worst'], 4)} | {a['target']} | "
-                         f"{'reported' if a['passed'] is None else 'ok' if a['passed'] else '**FAILS**'} |")
+            verdict = "reported" if a["passed"] is None else "ok" if a["passed"] else "**FAILS**"
+            if a.get("problem") and a["passed"] is False:
+                verdict += f": {a['problem']}"
+            lines.append(f"| {result['model']} | {_runs(result)} | {a['device']} | {a['precision']} | "
+                         f"{_tf32(a)} | {a['kind']} | {_fmt(a['worst'], 4)} | {a['target']} | {verdict} |")
+    failures = [(r["model"], e) for r in report["results"] for e in r.get("errors", [])]
+    if failures:
+        lines += ["", "## Failed (each cost its own rows only)", ""]
+        lines += [f"- {model}: `{error}`" for model, error in failures]
     lines += ["", "## Speed", "", "items/s of the whole handler (decode, collate, forward, post-process) and of the "
               "bare forward on the same batch already on the device; a causal LM: tokens/s of its engine.", "",
-              "| model | device | precision | batch | handler | bare forward | handler / bare |",
-              "|---|---|---|---|---|---|---|"]
+              "| model | device | precision | TF32 | batch | handler | bare forward | handler / bare |",
+              "|---|---|---|---|---|---|---|---|"]
     for result in report["results"]:
         for r in result["rows"]:
             if "tokens_per_s" in r:
-                lines.append(f"| {result['model']} | {r['device']} | {r['precision']} | {r['batch_size']} streams | "
-                             f"{_fmt(r['tokens_per_s'])} tokens/s | | |")
+                lines.append(f"| {result['model']} | {r['device']} | {r['precision']} | {_tf32(r)} | "
+                             f"{r['batch_size']} streams | {_fmt(r['tokens_per_s'])} tokens/s | | |")
                 continue
-            lines.append(f"| {result['model']} | {r['device']} | {r['precision']} | {r['batch_size']} | "
+            lines.append(f"| {result['model']} | {r['device']} | {r['precision']} | {_tf32(r)} | {r['batch_size']} | "
                          f"{_fmt(r['handler_items_per_s'])} | {_fmt(r['bare_items_per_s'])} | "
                          f"{r['handler_items_per_s'] / r['bare_items_per_s']:.2f} |")
     lines += ["", "## Targets", "", "| model | what | batch | at least | measured | |", "|---|---|---|---|---|---|"]

@@ -17,9 +17,40 @@ COSINE = {"fp32": 0.999}
 REDUCED_COSINE = 0.99
 
 
-def agreement(family, reference: Sequence[Any], answers: Sequence[Any], precision: str) -> dict[str, Any]:
-    """How these answers agree with the reference (the CPU's fp32), by the family's gate kind."""
+def answers_of(handler, context, requests) -> tuple[list[Any], list[str]]:
+    """The handler's answers to the examples, each sent with its content type, as one batch; and
+    the refusals among them ("example 2: 400 ..."), which no agreement can pass."""
+    import json
+
+    context.headers = {i: {"Content-Type": kind} for i, (_, kind) in enumerate(requests)}
+    context.statuses = {}
+    replies = handler.handle([{"body": body} for body, _ in requests], context)
+    refused = [f"example {i}: {status} {message}"[:300] for i, (status, message) in sorted(context.statuses.items())
+               if status >= 300]
+    return [json.loads(r) for r in replies], refused
+
+
+def ran_as(handler) -> dict[str, Any]:
+    """What a handler really runs, for its rows: the archive's variant and graph, the precision (a
+    serialised graph's is the one traced or exported into it, whatever was asked), TF32 on or off."""
+    from handlers.settings import SERIALISED_GRAPHS
+
+    rt = handler.settings.runtime
+    if rt.graph in SERIALISED_GRAPHS:
+        precision = rt.precision
+    else:
+        precision = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[handler.autocast_dtype]
+    tf32 = handler.device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32)
+    return {"variant": handler.settings.variant or rt.graph, "graph": rt.graph, "precision": precision, "tf32": tf32}
+
+
+def agreement(family, reference: Sequence[Any], answers: Sequence[Any], precision: str,
+              refused: Sequence[str] = ()) -> dict[str, Any]:
+    """How these answers agree with the reference (the CPU's fp32), by the family's gate kind. A
+    refused example fails it, whatever the answers say."""
     kind = family.gate_kind()
+    if refused:
+        return {"kind": kind, "worst": None, "target": None, "passed": False, "problem": "; ".join(refused)}
     if kind == "embedding":
         cosines = [_cosine(a["embedding"], b["embedding"]) for a, b in zip(reference, answers)]
         floor = COSINE.get(precision, REDUCED_COSINE)
@@ -92,33 +123,40 @@ def graph_speedup(plain, graphed, requests, seconds: float) -> dict[str, float]:
 
 def lm_check(plan, model: str, folder, budget, handler_for: Callable, progress) -> dict[str, Any]:
     """A causal LM: greedy tokens on each device against the CPU's fp32, and the engine's tokens/s at
-    plan.streams concurrent sequences of 64 tokens."""
+    plan.streams concurrent sequences of 64 tokens. A device that fails costs its own row."""
     from benchmarks.load.inputs import worker_requests
 
     requests = worker_requests(model, plan.catalogue)
-    result: dict[str, Any] = {"model": model, "family": "causal_lm", "variant": "eager", "rows": [],
+    result: dict[str, Any] = {"model": model, "family": "causal_lm", "variant": "eager", "rows": [], "errors": [],
                               "agreement": [], "graphs": None, "peak_gpu_mib": None, "random_weights": False}
     reference = None
     for device in plan.devices:
         if not budget.allows(f"{model} on {device}", 30.0):
             continue
-        handler, _ = handler_for(folder, model, device, "fp32", plan.streams, sections={"causal_lm": {"mode": "step"}})
-        engine, family = handler.generation.engine, handler.family
-        asked = [family.decode(body, kind) for body, kind in requests]
-        greedy = [engine.generate([("g", request)])["g"].generated_ids
-                  for request in (_greedy(family, r) for r in asked)]
-        reference = reference or greedy
-        same = sum(a == b for a, b in zip(reference, greedy))
-        result["agreement"].append({"device": device, "precision": "fp32", "kind": "greedy tokens",
-                                    "worst": same / len(greedy), "target": 1.0, "passed": same == len(greedy)})
-        long = _greedy(family, asked[0], tokens=64)
-        started = time.perf_counter()
-        done = engine.generate([(f"s{i}", long) for i in range(plan.streams)])
-        _sync(handler.device)
-        tokens = sum(seq.generated for seq in done.values())
-        result["rows"].append({"device": device, "precision": "fp32", "batch_size": plan.streams,
-                               "tokens_per_s": tokens / (time.perf_counter() - started)})
-        progress(f"{model} {device}: {result['rows'][-1]['tokens_per_s']:.0f} tokens/s at {plan.streams} streams")
+        try:
+            handler, _ = handler_for(folder, model, device, "fp32", plan.streams,
+                                     sections={"causal_lm": {"mode": "step"}})
+            label = ran_as(handler)
+            result["variant"] = label["variant"]
+            engine, family = handler.generation.engine, handler.family
+            asked = [family.decode(body, kind) for body, kind in requests]
+            greedy = [engine.generate([("g", request)])["g"].generated_ids
+                      for request in (_greedy(family, r) for r in asked)]
+            reference = reference or greedy
+            same = sum(a == b for a, b in zip(reference, greedy))
+            result["agreement"].append({"device": device, **label, "kind": "greedy tokens",
+                                        "worst": same / len(greedy), "target": 1.0, "passed": same == len(greedy)})
+            long = _greedy(family, asked[0], tokens=64)
+            started = time.perf_counter()
+            done = engine.generate([(f"s{i}", long) for i in range(plan.streams)])
+            _sync(handler.device)
+            tokens = sum(seq.generated for seq in done.values())
+            result["rows"].append({"device": device, **label, "batch_size": plan.streams,
+                                   "tokens_per_s": tokens / (time.perf_counter() - started)})
+            progress(f"{model} {device}: {result['rows'][-1]['tokens_per_s']:.0f} tokens/s at {plan.streams} streams")
+        except Exception as err:  # noqa: BLE001 - one failing device is reported, the check goes on
+            result["errors"].append(f"{device}: {type(err).__name__}: {err}"[:500])
+            progress(f"{model} FAILED on {device}: {type(err).__name__}: {err}")
     return result
 
 

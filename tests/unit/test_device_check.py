@@ -58,3 +58,28 @@ def test_every_family_on_both_devices_agrees_and_is_timed(tiny_catalogue, pack, 
 def test_a_budget_too_small_names_what_it_left_out(tiny_catalogue, pack, tmp_path):
     report = run(tiny_catalogue, pack, tmp_path, "--budget-min", "0.01", "--model", "tiny_image")
     assert report["budget"]["left_out"] and report["budget"]["left_out"][0].startswith("tiny_image on cpu fp32")
+
+
+def test_a_model_that_fails_costs_its_own_rows_only(tiny_catalogue, pack, tmp_path, monkeypatch):
+    real = device_check.check_model
+
+    def broken_for_image(plan, model, folder, budget):
+        if model == "tiny_image":
+            raise ValueError("made to fail")
+        return real(plan, model, folder, budget)
+
+    monkeypatch.setattr(device_check, "check_model", broken_for_image)
+    report = run(tiny_catalogue, pack, tmp_path, "--model", "tiny_image", "--model", "tiny_tensor")
+    image, tensor = report["results"]
+    assert image["rows"] == [] and image["errors"] == ["setting up: ValueError: made to fail"]
+    assert tensor["errors"] == [] and tensor["rows"] and all(a["passed"] for a in tensor["agreement"])
+    assert "## Failed" in next(tmp_path.iterdir()).joinpath("report.md").read_text()
+
+
+def test_each_row_says_what_ran(tiny_catalogue, pack, tmp_path):
+    report = run(tiny_catalogue, pack, tmp_path, "--model", "tiny_image")
+    (image,) = report["results"]
+    assert image["runs"] == "eager, random weights"
+    assert {(r["device"], r["precision"], r["tf32"]) for r in image["rows"]} == {
+        ("cpu", "fp32", False), ("cpu", "bf16", False), ("cuda", "fp32", True), ("cuda", "bf16", True)} - (
+        set() if device_check.precisions("cpu") == ("fp32", "bf16") else {("cpu", "bf16", False)})
