@@ -25,12 +25,12 @@ help:
 	@echo "make build      model_store/*.mar from catalogue.yaml, every model and variant (incremental);"
 	@echo "                make build MODEL=<name>: that model's archives only"
 	@echo "make tune       search batchSize/maxBatchDelay/workers per model, write config.properties, verify"
-	@echo "                [MODEL=<name>] [ARGS=\"--slo-ms 80 ...\"]  (python -m benchmarks.tune --help)"
+	@echo "                [MODEL=<name>] [ARGS=\"--slo-ms 80 ...\"]  (python -m benchmarks tune --help)"
 	@echo "make tune MIX=minilm=0.7,efficientnet_lite0=0.3  one server for that traffic mix, all models at once"
 	@echo "make bench-inprocess [ARGS='--batch-size 8 --threads 2']  handler settings vs the naive path, no server"
 	@echo "make bench MODEL=<name> [ARGS='--window-s 3 ...']  ours vs stock baseline vs in-process limit (benchmarks/reports/)"
 	@echo "make reliability  bad input, worker kill, broken archives, overload, short soak, auth: one table"
-	@echo "                [ARGS=\"--soak-minutes 10\"]  (python -m benchmarks.reliability --help)"
+	@echo "                [ARGS=\"--soak-minutes 10\"]  (python -m benchmarks reliability --help)"
 	@echo "make deploy [RATE=<req/s>] [GPU=1]  deploy/: Dockerfile, Kubernetes and KServe manifests from the tuned mix,"
 	@echo "                validated; GPU=1: torch's CUDA build, nvidia.com/gpu per replica, number_of_gpu"
 	@echo "make plan RATE=<req/s> [MIX=minilm=0.7,efficientnet_lite0=0.3] [HEADROOM=0.3]  replicas -> deploy/k8s/hpa.yaml"
@@ -130,23 +130,23 @@ test-e2e: build java-check
 
 # Handler settings against the naive path, in-process (no server): items/s and ratios, plus a plot.
 bench-inprocess: build
-	$(PY) -m benchmarks.bench.inprocess $(ARGS)
+	$(PY) -m benchmarks bench-inprocess $(ARGS)
 
-# A real benchmark: its own servers on free loopback ports; `$(PY) -m benchmarks.bench --help` lists ARGS.
+# A real benchmark: its own servers on free loopback ports; `$(PY) -m benchmarks bench --help` lists ARGS.
 bench: build java-check
-	@test -n "$(MODEL)" || { echo "usage: make bench MODEL=<name> [ARGS='...'] (see $(PY) -m benchmarks.bench --help)" >&2; exit 1; }
-	$(PY) -m benchmarks.bench --model $(MODEL) $(ARGS)
+	@test -n "$(MODEL)" || { echo "usage: make bench MODEL=<name> [ARGS='...'] (see $(PY) -m benchmarks bench --help)" >&2; exit 1; }
+	$(PY) -m benchmarks bench --model $(MODEL) $(ARGS)
 
 # The tuner measures on real servers (minutes per model), rewrites only the models= stanza of
 # config.properties with a provenance record, then restarts TorchServe from it to verify.
 tune: build java-check
-	$(PY) -m benchmarks.tune $(if $(MODEL),--model $(MODEL)) $(if $(MIX),--mix $(MIX)) $(ARGS)
+	$(PY) -m benchmarks tune $(if $(MODEL),--model $(MODEL)) $(if $(MIX),--mix $(MIX)) $(ARGS)
 
 # Reliability and security on real servers (own ports and temp dirs): the bad-input corpus, a worker
 # SIGKILLed under load, broken archives, 3x overload on a small job queue, a short soak, token auth
-# and limits; prints one table (benchmarks/reports/reliability-*/). Long soak: python -m benchmarks.reliability.soak
+# and limits; prints one table (benchmarks/reports/reliability-*/). Long soak: python -m benchmarks soak
 reliability: build java-check
-	$(PY) -m benchmarks.reliability $(ARGS)
+	$(PY) -m benchmarks reliability $(ARGS)
 
 # deploy/ (git-ignored) from config.properties and its mix record (python -m deployment --help):
 # written, then validated offline against the Kubernetes schemas. Without RATE: one replica.

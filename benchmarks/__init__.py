@@ -1,8 +1,10 @@
-"""Measuring tools around TorchServe, one wing per tool; dependencies run one way:
+"""Measuring tools around TorchServe, one command (`python -m benchmarks <verb>`: __main__.py lists
+the verbs), one wing per concern; dependencies run one way:
 
     tune -> bench -> load        reliability -> load        (each wing may use serving/ and below)
 
-load/         load generation (closed and open loop), its statistics, process and Prometheus readings
+load/         load generation (closed and open loop), its statistics, process and Prometheus readings;
+              what every verb shares: options, report folder, tables (cli.py), the errors (errors.py)
 bench/        one model: served vs the in-process limit vs the stock baseline, report + plots
 tune/         search -> write config.properties (models=) -> verify
 reliability/  bad input, faults, overload, soak, security

@@ -69,7 +69,7 @@ class MixRecord:
             models = tuple(ModelShare(**m) for m in raw["models"])
             return cls(**{**raw, "models": models, "loaded": tuple(raw.get("loaded", ()))})
         except (KeyError, TypeError) as exc:
-            raise ConfigError(f"mix record: {exc} (re-tune with python -m benchmarks.tune --mix ...)") from exc
+            raise ConfigError(f"mix record: {exc} (re-tune with python -m benchmarks tune --mix ...)") from exc
 
     def lines(self) -> tuple[str, ...]:
         parts = ", ".join(f"{m.name} {m.share:.0%} (p99 <= {m.slo_ms:g} ms)" for m in self.models)

@@ -1,4 +1,5 @@
-"""`python -m benchmarks.bench`: one model served vs its in-process limit vs the stock baseline.
-
-`python -m benchmarks.bench.inprocess`: the handler's settings against the naive path, no server.
+"""One model measured: served (`bench`: served.py, options.py, report.py) against its in-process limit
+(`bench-inprocess`: inprocess.py), the stock baseline (baseline/) and a no-op handler's ceiling (noop/);
+a generating model (`generation`), the response cache (`response-cache`), every family on a device
+(`device-check`). Run through `python -m benchmarks <verb>`.
 """

@@ -1,39 +1,142 @@
-"""Benchmark a causal-LM (generating) model: in-process KV cache vs recomputation, then a real
-TorchServe with continuous batching against the same archive at batchSize 1, and time to first
-token for a short request on an idle server against one busy with long generations. One run,
-one report.
+"""Benchmark a causal-LM (generating) model in one run, one report: in-process, the KV cache against
+recomputation, the engine by intra-op threads and speculative decoding; served, continuous batching
+against one sequence at a time on the same archive, time to first token of a short request on an
+idle server and on one busy with long generations; then (`--parts`) the asynchronous worker mode
+against the step-per-call mode and the async mode's worker layouts, OpenAI's client against
+/predictions (first token), and the engine's features served: speculation (off / draft model /
+prompt lookup at 1, 2 and 8 sequences), the prefix cache (a shared 1,000-token prefix, hit against
+miss) and priorities (time to first token per class, the server saturated by low-priority long
+generations). Each served part runs a copy of the archive with its `causal_lm` settings changed.
 
-    python -m benchmarks.bench.generation --model tinylm
-    make bench MODEL=tinylm            (the bench's entry point sends generating families here)
+    python -m benchmarks generation --model tinylm
+    make bench MODEL=tinylm            (the bench sends generating families here)
 
-Writes benchmarks/reports/generation-<model>-<time>/ (report.json, report.md, ttft.png, tokens.png).
+Writes benchmarks/reports/generation-<model>-<time>/ (report.json, report.md, PNG plots).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
-import sys
 import tempfile
 import time
+import zipfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Optional
 
-from benchmarks.bench import generation_features as features
-from benchmarks.bench import generation_modes as modes
-from benchmarks.bench import generation_openai
-from benchmarks.bench.generation_modes import settings_for
-from benchmarks.bench.generation_probes import PROMPTS, log, probes, throughput, ttft_figures
+from benchmarks.bench import generation_report as report_of
+from benchmarks.bench.archive_settings import with_handler_settings
+from benchmarks.bench.generation_report import BLOCKS, SECOND_THREAD, SPECULATION, TWO_WORKERS
 from benchmarks.bench.inprocess import extracted_archive
-from benchmarks.load import stats
-from benchmarks.load.generation import Generators
-from serving.errors import BenchmarkError
+from benchmarks.load import cli, stats
+from benchmarks.load.errors import BenchmarkError
+from benchmarks.load.generation import GenerationResult, Generators, generate
+from benchmarks.load.stats import percentile
+from build.catalogue import Catalogue
 from serving.fake_context import FakeContext
 from serving.launcher import TorchServe
-from serving.repo import MODEL_STORE, REPORTS, shown
+from serving.repo import CATALOGUE, MODEL_STORE, shown
+from serving.ts_config import ModelSettings
 
+PROMPTS = ["The for statement is used to", "A class definition defines", "When a name is not found",
+           "The import statement", "Exceptions are raised when", "An object is",
+           "The with statement is used to", "Assignment statements are used to"]
 # The KV cache and continuous batching compared alone: speculation and the prefix cache have their own rows.
 PLAIN = {"speculation": "off", "prefix_cache_mib": 0}
+MODES = ("step", "async")
+THREADS = (1, 2)  # one worker's intra-op threads, each mode at each
+PRIORITY_PROBES = 50  # per class and block
+MESSAGES = [{"role": "system", "content": "You answer about Python."},
+            {"role": "user", "content": "What does the for statement do?"}]
+
+log = cli.progress("generation")
+
+
+# ---- what is sent and how it is timed -------------------------------------------------------------
+def body(i: int, new_tokens: int) -> dict:
+    return {"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": new_tokens, "ignore_eos": True}
+
+
+def throughput(server: TorchServe, model: str, clients: int, new_tokens: int, rounds: int,
+               timeout_s: float = 300.0) -> dict:
+    """`clients` closed-loop clients, each generating `new_tokens` tokens `rounds` times."""
+    def client(c: int) -> list[GenerationResult]:
+        return [generate(server.client, model, body(c + i, new_tokens), timeout_s=timeout_s) for i in range(rounds)]
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        done = [r for batch in pool.map(client, range(clients)) for r in batch]
+    wall = time.perf_counter() - started
+    failed = [r for r in done if not r.ok]
+    if failed:
+        raise BenchmarkError(f"{len(failed)} generation request(s) failed: {failed[0].status} {failed[0].error}")
+    tokens = sum(r.generated_tokens for r in done)
+    ttft, gaps = sorted(r.ttft_s for r in done), sorted(g for r in done for g in r.gaps_s)
+    # The p90s and counts beside the p99s: a report prints a thin p99 as its p90 (stats.tail_text).
+    return {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
+            "tokens_per_s": round(tokens / wall, 1),
+            "ttft_p50_ms": round(1000 * percentile(ttft, 50), 1),
+            "ttft_p90_ms": round(1000 * percentile(ttft, 90), 1),
+            "ttft_p99_ms": round(1000 * percentile(ttft, 99), 1),
+            "inter_chunk_p90_ms": round(1000 * percentile(gaps, 90), 2),
+            "inter_chunk_p99_ms": round(1000 * percentile(gaps, 99), 2),
+            "inter_chunk_count": len(gaps)}
+
+
+def probes(server: TorchServe, model: str, count: int, headers: Optional[dict] = None) -> list[GenerationResult]:
+    """Short streamed requests, one after another."""
+    out = []
+    for i in range(count):
+        result = generate(server.client, model, {"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": 4},
+                          headers=headers)
+        if not result.ok:
+            raise BenchmarkError(f"probe failed: {result.status} {result.error}")
+        out.append(result)
+    return out
+
+
+def ttft_figures(results: list[GenerationResult]) -> dict:
+    values = sorted(1000 * r.ttft_s for r in results)
+    return {"count": len(values), "p50_ms": round(percentile(values, 50), 2), "p90_ms": round(percentile(values, 90), 2),
+            "p99_ms": round(percentile(values, 99), 2), "max_ms": round(values[-1], 2),
+            "values_ms": [round(v, 2) for v in values]}
+
+
+def ttft_blocks(server: TorchServe, model: str, clients: int, probes_each: int, long_tokens: int) -> dict:
+    """Short requests idle and with clients-1 long generations running, in alternating blocks, so a
+    slow spell of the machine falls on both. The long ones are not streamed: the server runs them the
+    same, and client threads parsing every chunk would compete with the probe for this interpreter."""
+    idle, busy, background = [], [], 0
+    long_body = {"prompt": PROMPTS[1], "max_new_tokens": long_tokens, "ignore_eos": True}
+    for block in range(BLOCKS):
+        log(f"  TTFT block {block + 1}/{BLOCKS}: idle, then {clients - 1} long generations running")
+        idle.extend(probes(server, model, probes_each // BLOCKS))
+        with Generators(server.client, model, clients - 1, lambda c, i: long_body, stream=False) as load:
+            time.sleep(1.0)  # the long ones are all running
+            busy.extend(probes(server, model, probes_each // BLOCKS))
+            background += len(load.stop())
+    out = {"ttft_idle": ttft_figures(idle), "ttft_busy": ttft_figures(busy)}
+    out["ttft_busy"]["background_requests"] = background
+    log(f"  TTFT idle {stats.tail_text(out['ttft_idle'], 2)}, busy {stats.tail_text(out['ttft_busy'], 2)}")
+    return out
+
+
+def settings_for(mode: str, clients: int, workers: int = 1, threads: int = 0) -> ModelSettings:
+    """Step mode: the batch is the frontend's (batchSize sequences, one worker). Async: the frontend
+    forwards each request as it comes (batchSize 1) and the worker's loop batches them."""
+    batch = clients if mode == "step" else 1
+    return ModelSettings(batch_size=batch, max_batch_delay_ms=1, min_workers=workers, max_workers=workers,
+                         threads=threads or None)
+
+
+def serving(store: Path, model: str, causal_lm: dict, settings: ModelSettings) -> TorchServe:
+    """A TorchServe of a copy of the archive in `store` with these causal_lm settings changed."""
+    with_handler_settings(MODEL_STORE / f"{model}.mar", store, model, {"causal_lm": causal_lm})
+    return TorchServe(store, models={model: settings}, load=(model,))
 
 
 # ---- in-process ----------------------------------------------------------------------------------
@@ -44,10 +147,9 @@ def inprocess(model: str, new_tokens: int, repeats: int, clients: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="genbench-") as tmp:
         model_dir = extracted_archive(model, None, Path(tmp))
         handler = Handler()
-        # The KV cache and batching alone: speculation and the prefix cache have their own sections.
         handler.initialize(FakeContext(model_dir, model, batch_size=8, handler_overrides={"causal_lm": PLAIN}))
         engine, family = handler.generation.engine, handler.family
-        request = family.decode({"prompt": PROMPTS[0], "max_new_tokens": new_tokens, "ignore_eos": True}, "")
+        request = family.decode(body(0, new_tokens), "")
         rates: dict[str, list[float]] = {"kv_cache": [], "recompute": []}
         same = True
         for r in range(repeats):
@@ -67,7 +169,7 @@ def inprocess(model: str, new_tokens: int, repeats: int, clients: int) -> dict:
             batch[str(size)] = round(size * new_tokens / (time.perf_counter() - started), 1)
         by_threads = engine_by_threads(engine, family, clients, new_tokens, repeats)
         threads = handler.threads
-        speculation = features.inprocess_speculation(handler, model_dir, new_tokens, repeats)
+        speculation = inprocess_speculation(handler, model_dir, new_tokens, repeats)
     kv, recompute = statistics.median(rates["kv_cache"]), statistics.median(rates["recompute"])
     return {"new_tokens": new_tokens, "threads": threads, "repeats": repeats,
             "kv_cache_tokens_per_s": [round(x, 1) for x in rates["kv_cache"]],
@@ -77,12 +179,8 @@ def inprocess(model: str, new_tokens: int, repeats: int, clients: int) -> dict:
             "speculation": speculation}
 
 
-SECOND_THREAD = "2, second thread"
-
-
 def batch_requests(family, size: int, new_tokens: int) -> list:
-    return [(f"b{i}", family.decode({"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": new_tokens,
-                                     "ignore_eos": True}, "")) for i in range(size)]
+    return [(f"b{i}", family.decode(body(i, new_tokens), "")) for i in range(size)]
 
 
 def engine_by_threads(engine, family, size: int, new_tokens: int, repeats: int) -> dict:
@@ -117,28 +215,48 @@ def engine_by_threads(engine, family, size: int, new_tokens: int, repeats: int) 
     return out
 
 
-# ---- served --------------------------------------------------------------------------------------
-def ttft_experiment(server: TorchServe, model: str, args) -> dict:
-    """Short requests on the idle server and with clients-1 long generations running, in alternating
-    blocks (so a slow spell of a shared machine falls on both), --probes of each in all."""
-    blocks = 4
-    idle, busy, background = [], [], 0
-    # Not streamed: the server runs them the same, and 7 client threads parsing ~900 chunks/s
-    # would compete with the probe for this process's interpreter and skew its timing.
-    long_body = {"prompt": PROMPTS[1], "max_new_tokens": args.long_tokens, "ignore_eos": True}
-    for block in range(blocks):
-        log(f"  time to first token, block {block + 1}/{blocks}: idle, then {args.clients - 1} long generations running")
-        idle.extend(probes(server, model, args.probes // blocks))
-        with Generators(server.client, model, args.clients - 1, lambda c, i: long_body, stream=False) as load:
-            time.sleep(1.0)  # the long ones are all in the batch
-            busy.extend(probes(server, model, args.probes // blocks))
-            background += len(load.stop())
-    out = {"ttft_idle": ttft_figures(idle), "ttft_busy": ttft_figures(busy)}
-    out["ttft_busy"]["background_requests"] = background
-    log(f"  TTFT idle {stats.tail_text(out['ttft_idle'], 2)}, busy {stats.tail_text(out['ttft_busy'], 2)}")
+def repeated_paragraph_prompt() -> str:
+    from pydoc_data.topics import topics
+
+    paragraph = topics["if"][:600]
+    return paragraph + "\n\nAgain:\n\n" + paragraph[:80]
+
+
+def inprocess_speculation(handler, model_dir: Path, new_tokens: int, repeats: int) -> dict:
+    """One greedy sequence, speculation off / draft / lookup, same model, same prompt."""
+    from handlers.generation.drafting import LookupDrafter, load_drafter
+    from handlers.generation.engine import Engine
+
+    base, family = handler.generation.engine, handler.family
+    drafters = {"off": None, "draft": load_drafter("draft", model_dir, family.settings.draft_model),
+                "lookup": LookupDrafter()}
+    engines = {mode: Engine(base.lm, base.decode, base.eos_ids, base.max_positions, base.autocast_dtype,
+                            drafter=drafter, max_draft_tokens=family.settings.max_draft_tokens)
+               for mode, drafter in drafters.items()}
+    out = {}
+    for label, prompt in (("plain", PROMPTS[0]), ("repeats its context", repeated_paragraph_prompt())):
+        request = family.decode({"prompt": prompt, "max_new_tokens": new_tokens, "ignore_eos": True}, "")
+        rates: dict[str, list[float]] = {mode: [] for mode in SPECULATION}
+        last = {}
+        for _ in range(repeats):
+            for mode, engine in engines.items():
+                started = time.perf_counter()
+                last[mode] = engine.generate([("s", request)])["s"]
+                rates[mode].append(new_tokens / (time.perf_counter() - started))
+        off = statistics.median(rates["off"])
+        out[label] = {"prompt_tokens": len(request.prompt_ids),
+                      **{f"{m}_tokens_per_s": [round(x, 1) for x in rates[m]] for m in SPECULATION},
+                      **{f"{m}_speedup": round(statistics.median(rates[m]) / off, 2) for m in SPECULATION[1:]},
+                      **{f"{m}_acceptance": round(last[m].draft.accepted / max(1, last[m].draft.proposed), 2)
+                         for m in SPECULATION[1:]},
+                      "same_tokens": all(last[m].generated_ids == last["off"].generated_ids for m in SPECULATION)}
+        log(f"speculation in-process ({label}): draft {out[label]['draft_speedup']}x "
+            f"(acceptance {out[label]['draft_acceptance']}), lookup {out[label]['lookup_speedup']}x, "
+            f"same tokens {out[label]['same_tokens']}")
     return out
 
 
+# ---- served: continuous batching, modes, OpenAI -------------------------------------------------
 def served(model: str, args) -> dict:
     """One sequence at a time against continuous batching, same archive and load, in `args.mode`:
     step mode's batchSize 1 against batchSize = clients; the async mode's max_running 1 (the
@@ -146,180 +264,277 @@ def served(model: str, args) -> dict:
     out = {"mode": args.mode, "threads": args.threads}
     with tempfile.TemporaryDirectory(prefix="genbench-plain-") as tmp:
         for label, one in (("batch_size_1", True), ("continuous", False)):
-            store = Path(tmp) / label
             cap = {"max_running": 1 if one else 0} if args.mode == "async" else {}
-            features.with_settings(MODEL_STORE / f"{model}.mar", store, model, {**PLAIN, "mode": args.mode, **cap})
             settings = settings_for(args.mode, 1 if one else args.clients, threads=args.threads)
             how = f"max_running {cap['max_running']}" if cap else f"batchSize {settings.batch_size}"
             log(f"served, {label}: {args.mode} mode, 1 worker x {args.threads} thread(s), {how}")
-            with TorchServe(store, models={model: settings}, load=(model,)) as server:
+            with serving(Path(tmp) / label, model, {**PLAIN, "mode": args.mode, **cap}, settings) as server:
                 probes(server, model, 3)  # warm the path
                 out[label] = throughput(server, model, args.clients, args.new_tokens, args.rounds)
                 log(f"  {args.clients} clients x {args.rounds} x {args.new_tokens} tokens: "
                     f"{out[label]['tokens_per_s']} tokens/s")
                 if not one:
-                    out.update(ttft_experiment(server, model, args))
+                    out.update(ttft_blocks(server, model, args.clients, args.probes, args.long_tokens))
     out["continuous_over_batch_1"] = round(out["continuous"]["tokens_per_s"] / out["batch_size_1"]["tokens_per_s"], 2)
     out["ttft_busy_over_idle_p99"] = round(out["ttft_busy"]["p99_ms"] / out["ttft_idle"]["p99_ms"], 2)
     return out
 
 
-# ---- report --------------------------------------------------------------------------------------
-def _inter_chunk(figures: dict) -> dict:
-    """A throughput run's inter-chunk gaps as stats.tail_text reads them (None: not recorded)."""
-    return {"count": figures.get("inter_chunk_count"), "p90_ms": figures.get("inter_chunk_p90_ms"),
-            "p99_ms": figures["inter_chunk_p99_ms"]}
+def compare_modes(model: str, args, engine_by_threads: dict) -> dict:
+    """Tokens/s of the async and step modes on one worker at 1 and 2 intra-op threads, each next to
+    the in-process engine at the same threads; time to first token of both modes at `args.threads`;
+    then the async mode on two workers of one thread."""
+    out = {"modes": {}, "clients": args.clients, "probes": args.probes, "ttft_threads": args.threads}
+    with tempfile.TemporaryDirectory(prefix="genbench-modes-") as tmp:
+        for mode in MODES:
+            for threads in THREADS:
+                log(f"mode {mode}: 1 worker x {threads} thread(s), {args.clients} streaming clients x {args.rounds} x "
+                    f"{args.new_tokens} tokens")
+                with serving(Path(tmp) / mode, model, {**PLAIN, "mode": mode},
+                             settings_for(mode, args.clients, threads=threads)) as server:
+                    probes(server, model, 3)  # warm the path
+                    figures = throughput(server, model, args.clients, args.new_tokens, args.rounds)
+                    figures["threads"] = server_threads(server, model)
+                    log(f"  {figures['tokens_per_s']} tokens/s ({figures['threads']} thread(s))")
+                    if threads == args.threads:
+                        figures.update(ttft_blocks(server, model, args.clients, args.probes, args.long_tokens))
+                figures["step_ms"] = round(1000 * args.clients / figures["tokens_per_s"], 2)
+                engine = engine_by_threads.get(str(figures["threads"]))
+                figures["over_inprocess"] = round(figures["tokens_per_s"] / engine, 2) if engine else None
+                out["modes"].setdefault(mode, {})[str(threads)] = figures
+        log(f"async, {TWO_WORKERS}: {args.clients} clients")
+        with TorchServe(Path(tmp) / "async", models={model: settings_for("async", args.clients, 2, 1)},
+                        load=(model,)) as server:
+            probes(server, model, 3)
+            out["two_workers"] = throughput(server, model, args.clients, args.new_tokens, args.rounds)
+        log(f"  {out['two_workers']['tokens_per_s']} tokens/s")
+    out["engine_by_threads"] = engine_by_threads
+    out["async_over_step"] = {t: round(out["modes"]["async"][t]["tokens_per_s"] / out["modes"]["step"][t]["tokens_per_s"], 2)
+                              for t in out["modes"]["async"]}
+    best = {mode: max(runs.values(), key=lambda f: f["tokens_per_s"]) for mode, runs in out["modes"].items()}
+    out["best_over_best"] = round(best["async"]["tokens_per_s"] / best["step"]["tokens_per_s"], 2)
+    for runs in out["modes"].values():
+        for figures in runs.values():
+            if "ttft_idle" in figures:
+                figures["ttft_busy_over_idle"] = stats.tail_ratio(figures["ttft_busy"], figures["ttft_idle"])
+    return out
 
 
-def _bold_ratio(text: str) -> str:
-    """"p90 (n=..): 1.05x" -> "p90 (n=..): **1.05x**"."""
-    name, _, value = text.rpartition(": ")
-    return f"{name}: **{value}**"
+def server_threads(server: TorchServe, model: str) -> int:
+    """The intra-op threads the worker chose (its ready line in the model log)."""
+    found = re.search(rf"{re.escape(model)} ready in .*? threads=(\d+)", server.log_text())
+    if found is None:
+        raise BenchmarkError(f"{model}: the worker's ready line (threads=) is not in its log")
+    return int(found.group(1))
 
 
-def markdown(report: dict) -> str:
-    ip, sv = report["inprocess"], report["served"]
-    return "\n".join([
-        f"# Generation benchmark: {report['model']} ({report['when']})",
-        "",
-        f"Command: `{report['command']}`",
-        "",
-        "## In-process: KV cache vs recomputation",
-        f"One sequence, {ip['new_tokens']} new tokens, {ip['threads']} thread(s), {ip['repeats']} repeats, same tokens: "
-        f"{ip['same_tokens']}.",
-        "",
-        "| path | tokens/s (each repeat) |",
-        "|---|---|",
-        f"| KV cache | {', '.join(map(str, ip['kv_cache_tokens_per_s']))} |",
-        f"| recompute | {', '.join(map(str, ip['recompute_tokens_per_s']))} |",
-        "",
-        f"Speed-up (medians): **{ip['speedup']}x** (slowest KV repeat over fastest recompute: {ip['speedup_min']}x). "
-        f"Batched in-process: {ip['batched_tokens_per_s']} tokens/s at 1 / 8 sequences.",
-        *by_threads_lines(ip),
-        "",
-        f"## Served: continuous batching vs one sequence at a time (same archive, {sv.get('mode', 'step')} mode, "
-        f"1 worker x {sv.get('threads', 'the plan')} thread(s))",
-        "",
-        "One at a time: " + ("max_running 1 (the worker runs one sequence, the others wait in it)."
-                             if sv.get("mode") == "async" else "batchSize 1."),
-        "",
-        "| server | clients | requests | tokens/s | TTFT p50 ms | inter-chunk p99 ms |",
-        "|---|---|---|---|---|---|",
-        *[f"| {k} | {sv[k]['clients']} | {sv[k]['requests']} | {sv[k]['tokens_per_s']} | {sv[k]['ttft_p50_ms']} | "
-          f"{stats.tail_cell(_inter_chunk(sv[k]), 2)} |" for k in ("batch_size_1", "continuous")],
-        "",
-        f"Continuous batching over one sequence at a time: **{sv['continuous_over_batch_1']}x** tokens/s.",
-        "",
-        "## Time to first token: a short request, idle vs 7 long generations running",
-        "",
-        "| server | probes | p50 ms | p90 ms | p99 ms | max ms |",
-        "|---|---|---|---|---|---|",
-        *[f"| {k} | {sv[k]['count']} | {sv[k]['p50_ms']} | {sv[k]['p90_ms']} | {stats.tail_cell(sv[k], 2)} | "
-          f"{sv[k]['max_ms']} |" for k in ("ttft_idle", "ttft_busy")],
-        "",
-        f"Busy over idle, {_bold_ratio(stats.tail_ratio(sv['ttft_busy'], sv['ttft_idle']))}.",
-        "",
-        "![TTFT](ttft.png)",
-        "![tokens/s](tokens.png)",
-        "",
-        *modes.markdown(report),
-        *generation_openai.markdown(report),
-        *features.markdown(report),
-    ])
+def _openai_first_token(client, model: str, tokens: int) -> GenerationResult:
+    """One streamed chat; its first chunk with text counts, as a user's first visible token."""
+    sent = time.perf_counter()
+    first, text, count = None, "", 0
+    for chunk in client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=tokens, temperature=0,
+                                                stream=True, extra_body={"ignore_eos": True}):
+        piece = chunk.choices[0].delta.content if chunk.choices else None
+        if piece:
+            first = first or time.perf_counter()
+            text += piece
+            count += 1
+    return GenerationResult(200, sent, (first,) if first else (), time.perf_counter(), text, count, "length")
 
 
-def by_threads_lines(ip: dict) -> list[str]:
-    rows = ip.get("batch_by_threads")
-    if not rows:
-        return []
-    labels = {"1": "1 thread", "2": "2 threads", SECOND_THREAD: "2 threads from a second Python thread"}
-    return ["", f"The engine at {ip['batch_size']} sequences (tokens/s, median of {ip['repeats']}): "
-            + "; ".join(f"{labels[k]} **{v}**" for k, v in rows.items()) + "."]
+def compare_openai(model: str, tokens: int, pairs: int) -> dict:
+    """The first token of a streamed chat through OpenAI's own client against the first NDJSON line
+    of the same request on /predictions (the prompt the chat template renders), async mode, one
+    request at a time, the two kinds alternating. The client is created once: the request is timed."""
+    import openai
+
+    from handlers.openai.chat_template import render
+
+    prompt = render(MESSAGES, None)  # the model has no chat template of its own: the plain one
+    with tempfile.TemporaryDirectory(prefix="genbench-openai-") as tmp:
+        with serving(Path(tmp) / "async", model, {**PLAIN, "mode": "async"},
+                     ModelSettings(batch_size=1, max_batch_delay_ms=1)) as server:
+            version = Catalogue.load(CATALOGUE).entry(model).version  # OpenAI's paths come after a version
+            client = openai.OpenAI(base_url=f"{server.inference_url}/predictions/{model}/{version}/v1",
+                                   api_key=server.tokens.inference, max_retries=0, timeout=120)
+            request = {"prompt": prompt, "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}
+            chat, ndjson = [], []
+            for i in range(pairs):
+                if i % 100 == 0:
+                    log(f"  openai vs /predictions: pair {i + 1}-{min(i + 100, pairs)} of {pairs}")
+                ndjson.append(generate(server.client, model, request, stream=True))
+                chat.append(_openai_first_token(client, model, tokens))
+            failed = [r for r in ndjson if not r.ok]
+            if failed:
+                raise BenchmarkError(f"/predictions request failed: {failed[0].status} {failed[0].error}")
+    out = {"tokens": tokens, "pairs": pairs, "openai_chat": ttft_figures(chat), "predictions_ndjson": ttft_figures(ndjson)}
+    out["p50_ratio"] = round(out["openai_chat"]["p50_ms"] / out["predictions_ndjson"]["p50_ms"], 2)
+    out["tail_ratio"] = stats.tail_ratio(out["openai_chat"], out["predictions_ndjson"])
+    return out
 
 
-def plots(report: dict, folder: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sv, ip = report["served"], report["inprocess"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key, label in (("ttft_idle", "idle server"), ("ttft_busy", f"{report['clients'] - 1} long generations running")):
-        values = sv[key]["values_ms"]
-        ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=label)
-    ax.set_xlabel("time to first token, ms")
-    ax.set_ylabel("fraction of short requests")
-    ax.set_title(f"{report['model']}: time to first token (CDF)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(folder / "ttft.png", dpi=110)
-    plt.close(fig)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    axes[0].bar(["recompute", "KV cache"], [statistics.median(ip["recompute_tokens_per_s"]),
-                                            statistics.median(ip["kv_cache_tokens_per_s"])], color=["grey", "tab:blue"])
-    axes[0].set_title(f"in-process, 1 sequence, {ip['new_tokens']} tokens")
-    axes[0].set_ylabel("tokens/s")
-    axes[1].bar(["one at a time", "continuous batching"], [sv["batch_size_1"]["tokens_per_s"],
-                                                         sv["continuous"]["tokens_per_s"]], color=["grey", "tab:blue"])
-    axes[1].set_title(f"served, {report['clients']} clients x {report['new_tokens']} tokens")
-    fig.tight_layout()
-    fig.savefig(folder / "tokens.png", dpi=110)
-    plt.close(fig)
+# ---- served: the engine's features ----------------------------------------------------------------
+def served_speculation(model: str, tmp: Path, new_tokens: int, mode: str, threads: int) -> dict:
+    """Tokens/s at 1, 2 and 8 closed-loop clients for each speculation setting."""
+    out = {}
+    for speculation in SPECULATION:
+        log(f"served speculation {speculation}: TorchServe, {mode} mode")
+        with serving(tmp / f"spec-{speculation}", model, {"speculation": speculation, "prefix_cache_mib": 0,
+                                                          "mode": mode}, settings_for(mode, 8, threads=threads)) as server:
+            probes(server, model, 3)
+            out[speculation] = {}
+            for clients, rounds in ((1, 12), (2, 8), (8, 4)):
+                result = throughput(server, model, clients, new_tokens, rounds)
+                out[speculation][str(clients)] = result["tokens_per_s"]
+                log(f"  {speculation}, {clients} client(s): {result['tokens_per_s']} tokens/s")
+    out["ratios"] = {s: {c: round(out[s][c] / out["off"][c], 2) for c in out["off"]} for s in SPECULATION[1:]}
+    return out
 
 
-def add_arguments(parser) -> None:
-    features.add_arguments(parser)
+def shared_prefix_prompts(tokenizer, prefix_tokens: int, misses: int) -> tuple:
+    """A prompt with a shared `prefix_tokens`-token prefix, and `misses` prompts with prefixes of
+    the same length that share nothing (other stretches of the same documentation)."""
+    from pydoc_data.topics import topics
+
+    ids = tokenizer.encode("\n\n".join(topics[name] for name in sorted(topics))).ids
+    question = "\n\nQuestion: what does the for statement do?\nAnswer:"
+    starts = [0, *range(prefix_tokens + 7, len(ids) - prefix_tokens, (len(ids) - prefix_tokens) // (misses + 2))]
+    if len(starts) < misses + 1:
+        raise BenchmarkError("the documentation text is too short for that many distinct prefixes")
+    texts = [tokenizer.decode(ids[s:s + prefix_tokens]) + question for s in starts[:misses + 1]]
+    return texts[0], texts[1:]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.generation", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="tinylm")
-    parser.add_argument("--clients", type=int, default=8, help="concurrent clients (= the batch's sequences)")
-    parser.add_argument("--new-tokens", type=int, default=64, help="tokens per request in the throughput runs")
-    parser.add_argument("--rounds", type=int, default=6, help="requests per client in the throughput runs")
-    parser.add_argument("--parts", type=lambda t: set(t.split(",")), default={"modes", "openai", "features"},
-                        help="what to run after the in-process and step-mode rows: modes (async against step, "
-                             "the async mode's workers), openai (first token through OpenAI's client against "
-                             "/predictions), features (speculation, prefix cache, priorities); default all")
-    parser.add_argument("--openai-pairs", type=int, default=1000, help="requests of each kind in the openai part")
-    parser.add_argument("--openai-tokens", type=int, default=64)
-    parser.add_argument("--probes", type=int, default=2000,
-                        help="short requests per TTFT distribution (a report prints a p99 over fewer than "
-                             "1,000 as the p90 and the count)")
-    parser.add_argument("--long-tokens", type=int, default=256, help="tokens of the background generations")
-    parser.add_argument("--inprocess-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=5, help="in-process repeats of each path")
-    parser.add_argument("--out", type=Path, default=REPORTS)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    when = time.strftime("%Y%m%d-%H%M%S")
+def prefix_experiment(model: str, tmp: Path, count: int, prefix_tokens: int, mode: str, threads: int) -> dict:
+    from tokenizers import Tokenizer
+
+    with zipfile.ZipFile(MODEL_STORE / f"{model}.mar") as archive:
+        tokenizer = Tokenizer.from_str(archive.read("tokenizer.json").decode())
+    shared, others = shared_prefix_prompts(tokenizer, prefix_tokens, count)
+    log(f"prefix cache: {count} hits and {count} misses, alternating, {prefix_tokens}-token prefixes")
+    hits, misses = [], []
+    with serving(tmp / "prefix", model, {"speculation": "off", "prefix_cache_mib": 64, "mode": mode},
+                 settings_for(mode, 8, threads=threads)) as server:
+        probes(server, model, 3)
+        request = {"prompt": shared, "max_new_tokens": 8}
+        first = generate(server.client, model, request)  # a miss: the prefix is now cached
+        for i in range(count):
+            for prompt, into in ((shared, hits), (others[i], misses)):
+                result = generate(server.client, model, {**request, "prompt": prompt})
+                if not result.ok:
+                    raise BenchmarkError(f"prefix probe failed: {result.status} {result.error}")
+                into.append(result)
+            if (i + 1) % 50 == 0:
+                log(f"  {i + 1}/{count} pairs")
+    out = {"prefix_tokens": prefix_tokens, "prompt_tokens": len(tokenizer.encode(shared).ids),
+           "hit": ttft_figures(hits), "miss": ttft_figures(misses),
+           "hit_answers_equal_the_miss": all(r.text == first.text for r in hits)}
+    out["miss_over_hit_p50"] = round(out["miss"]["p50_ms"] / out["hit"]["p50_ms"], 2)
+    out["miss_over_hit_p99"] = round(out["miss"]["p99_ms"] / out["hit"]["p99_ms"], 2)
+    log(f"  TTFT p50 hit {out['hit']['p50_ms']} ms, miss {out['miss']['p50_ms']} ms: {out['miss_over_hit_p50']}x")
+    return out
+
+
+def priority_experiment(model: str, tmp: Path, load_clients: int, max_running: int, long_tokens: int,
+                        mode: str, threads: int) -> dict:
+    """High-priority short requests on an idle server and with `load_clients` low-priority long
+    generations (more than max_running: some wait); low-priority short ones beside them."""
+    batch = 2 * load_clients  # the frontend hands over every request in flight: none waits in its FIFO queue
+    high, low = {"X-Priority": "high"}, {"X-Priority": "low"}
+    long_body = {"prompt": PROMPTS[1], "max_new_tokens": long_tokens, "ignore_eos": True}
+    idle, busy, busy_low, background = [], [], [], []
+    with serving(tmp / "priority", model, {"max_running": max_running, "prefix_cache_mib": 0, "mode": mode},
+                 settings_for(mode, batch, threads=threads)) as server:
+        probes(server, model, 3)
+        for block in range(BLOCKS):
+            log(f"priorities, block {block + 1}/{BLOCKS}: idle, then {load_clients} low-priority long generations "
+                f"({max_running} run at once)")
+            idle.extend(probes(server, model, PRIORITY_PROBES, high))
+            started = time.perf_counter()
+            with Generators(server.client, model, load_clients, lambda c, i: long_body, stream=False,
+                            headers=low) as load:
+                time.sleep(1.0)
+                busy.extend(probes(server, model, PRIORITY_PROBES, high))
+                busy_low.extend(probes(server, model, PRIORITY_PROBES // 5, low))
+                finished = load.stop()
+            background.append((finished, time.perf_counter() - started))
+    done = [r for results, _ in background for r in results]
+    if any(not r.ok for r in done):
+        raise BenchmarkError("a low-priority long generation failed")
+    seconds = sum(s for _, s in background)
+    out = {"load_clients": load_clients, "max_running": max_running, "batch_size": batch,
+           "high_idle": ttft_figures(idle), "high_busy": ttft_figures(busy), "low_busy": ttft_figures(busy_low),
+           "low_long_completed": len(done), "low_long_tokens_per_s": round(sum(r.generated_tokens for r in done) / seconds, 1)}
+    out["high_busy_over_idle_p99"] = round(out["high_busy"]["p99_ms"] / out["high_idle"]["p99_ms"], 2)
+    log(f"  high TTFT idle {stats.tail_text(out['high_idle'], 2)}, busy {stats.tail_text(out['high_busy'], 2)} "
+        f"({stats.tail_ratio(out['high_busy'], out['high_idle'])}); low p50 {out['low_busy']['p50_ms']} ms; "
+        f"{len(done)} long low generations completed")
+    return out
+
+
+def served_features(model: str, args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="genbench-stores-") as tmp:
+        return {"mode": args.mode, "threads": args.threads,
+                "speculation": served_speculation(model, Path(tmp), args.spec_tokens, args.mode, args.threads),
+                "prefix": prefix_experiment(model, Path(tmp), args.prefix_probes, args.prefix_tokens, args.mode,
+                                            args.threads),
+                "priority": priority_experiment(model, Path(tmp), args.low_clients, args.max_running, args.long_tokens,
+                                                args.mode, args.threads)}
+
+
+# ---- command line ---------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = cli.parser("generation", __doc__.split("\n\n")[0].replace("\n", " "))
+    cli.add(p, "out", model={"default": "tinylm"},
+            threads={"default": 1, "help": "intra-op threads of the one worker in the served runs (1: on two cores "
+                                           "the layout that serves the most; the modes part measures 1 and 2)"})
+    p.add_argument("--clients", type=int, default=8, help="concurrent clients (= the batch's sequences)")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens per request in the throughput runs")
+    p.add_argument("--rounds", type=int, default=6, help="requests per client in the throughput runs")
+    p.add_argument("--parts", type=lambda t: set(t.split(",")), default={"modes", "openai", "features"},
+                   help="what to run after the in-process and served rows: modes (async against step, the async "
+                        "mode's workers), openai (first token through OpenAI's client against /predictions), "
+                        "features (speculation, prefix cache, priorities)")
+    p.add_argument("--openai-pairs", type=int, default=1000, help="requests of each kind in the openai part")
+    p.add_argument("--openai-tokens", type=int, default=64)
+    p.add_argument("--probes", type=int, default=2000,
+                   help="short requests per TTFT distribution (a report prints a p99 over fewer than 1,000 as the "
+                        "p90 and the count)")
+    p.add_argument("--long-tokens", type=int, default=256, help="tokens of the background generations")
+    p.add_argument("--inprocess-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=5, help="in-process repeats of each path")
+    p.add_argument("--mode", choices=MODES, default="async",
+                   help="how TorchServe drives the engine in the served runs (the modes part serves both)")
+    p.add_argument("--spec-tokens", type=int, default=128, help="tokens per request, served speculation")
+    p.add_argument("--prefix-probes", type=int, default=200,
+                   help="hit / miss pairs (reports print a p99 over fewer than 1,000 as the p90 and n)")
+    p.add_argument("--prefix-tokens", type=int, default=1000)
+    p.add_argument("--low-clients", type=int, default=8, help="low-priority long generations at once")
+    p.add_argument("--max-running", type=int, default=4, help="causal_lm.max_running in the priority run")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(argv)
+    when = cli.stamp()
+    folder = cli.report_folder(args.out, "generation", args.model, when=when)
     log(f"in-process: KV cache vs recompute, {args.inprocess_tokens} tokens")
-    report = {"model": args.model, "when": when, "clients": args.clients, "new_tokens": args.new_tokens,
-              "command": "python -m benchmarks.bench.generation " + " ".join(argv if argv is not None else sys.argv[1:]),
+    report = {"model": args.model, "when": when,
+              "clients": args.clients, "new_tokens": args.new_tokens, "command": cli.command_line("generation", argv),
               "inprocess": inprocess(args.model, args.inprocess_tokens, args.repeats, args.clients)}
-    try:
-        report["served"] = served(args.model, args)
-        if "modes" in args.parts:
-            report["modes_compared"] = modes.compare(args.model, args, report["inprocess"]["batch_by_threads"])
-        if "openai" in args.parts:
-            log(f"OpenAI's client against /predictions: {args.openai_pairs} pairs")
-            report["openai_compared"] = generation_openai.compare(args.model, args.openai_tokens, args.openai_pairs)
-        if "features" in args.parts:
-            report["further"] = features.served(args.model, args)
-    except BenchmarkError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    folder = args.out / f"generation-{args.model}-{when}"
+    report["served"] = served(args.model, args)
+    if "modes" in args.parts:
+        report["modes_compared"] = compare_modes(args.model, args, report["inprocess"]["batch_by_threads"])
+    if "openai" in args.parts:
+        log(f"OpenAI's client against /predictions: {args.openai_pairs} pairs")
+        report["openai_compared"] = compare_openai(args.model, args.openai_tokens, args.openai_pairs)
+    if "features" in args.parts:
+        report["further"] = served_features(args.model, args)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (folder / "report.md").write_text(markdown(report))
-    plots(report, folder)
-    features.plots(report, folder)
+    text = report_of.markdown(report)
+    (folder / "report.md").write_text(text)
+    report_of.plots(report, folder)
     log(f"report: {shown(folder / 'report.md')}")
-    print(markdown(report))
+    print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """In-process handler benchmark: items/s of each setting against the naive path, no server.
 
-    python -m benchmarks.bench.inprocess [--model <catalogue model>] [--batch-size 1 --batch-size 8] [--threads 1]
+    python -m benchmarks bench-inprocess [--model <catalogue model>] [--batch-size 1 --batch-size 8] [--threads 1]
 
 Every setting runs the whole handler (decode, forward, post-process) on the model's catalogue
 examples, in one process, at the same batch size and thread count, so the ratios are comparable:
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -24,13 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from benchmarks.load import cli
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.inputs import worker_requests
 from build.catalogue import Catalogue
-from build.errors import BuildError
 from handlers.families import family_class
 from handlers.handler import Handler
-from serving.errors import BenchmarkError
-from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT, REPORTS
+from serving.repo import CATALOGUE, MODEL_STORE, REPO_ROOT
 
 EAGER = "eager"
 _NAIVE_RUNTIME = {"precision": "fp32", "channels_last": False, "preprocess_threads": 1}
@@ -183,16 +182,14 @@ def run(models: list[str], batch_sizes: Sequence[int], threads: int, seconds: fl
     return results
 
 
-def write_report(results: dict[str, list[Measurement]], args: argparse.Namespace) -> Path:
+def write_report(results: dict[str, list[Measurement]], args: argparse.Namespace, command: str) -> Path:
     from benchmarks.load.environment import describe_environment
 
-    folder = REPORTS / f"inprocess-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = cli.report_folder(args.out, "inprocess")
     folder.mkdir(parents=True, exist_ok=True)
     report = {
-        "command": " ".join(["python", "-m", "benchmarks.bench.inprocess", *sys.argv[1:]]),
-        "batch_sizes": args.batch_size, "threads": args.threads, "seconds_per_variant": args.seconds,
-        "device": getattr(args, "device", "cpu"),
-        "environment": describe_environment(),
+        "command": command, "batch_sizes": args.batch_size, "threads": args.threads,
+        "seconds_per_variant": args.seconds, "device": args.device, "environment": describe_environment(),
         "results": {model: [asdict(row) for row in rows] for model, rows in results.items()},
     }
     (folder / "report.json").write_text(json.dumps(report, indent=2))
@@ -208,15 +205,13 @@ def markdown(results: dict[str, list[Measurement]], report: dict) -> str:
              "row, whole handler (decode + collate + model + post-processing + JSON), no server.", "",
              "![throughput](throughput.png)", ""]
     for model, rows in results.items():
-        lines += [f"## {model}", "", "| setting | batch | items/s | vs naive | vs default | pre ms | model ms | "
-                  "post ms (per batch) |", "|---|---|---|---|---|---|---|---|"]
-        for row in rows:
-            stage = [row.stage_ms_per_batch.get(f"Handler{name}Ms") for name in ("Preprocess", "Inference",
-                                                                                "Postprocess")]
-            vs_default = f"{row.ratio_to_default:.2f}x" if row.ratio_to_default else ""
-            lines.append(f"| {row.variant} | {row.batch_size} | {row.items_per_s:.1f} | {row.ratio_to_naive:.2f}x | "
-                         f"{vs_default} | " + " | ".join("" if v is None else f"{v:.2f}" for v in stage) + " |")
-        lines.append("")
+        stages = [[row.stage_ms_per_batch.get(f"Handler{name}Ms") for name in ("Preprocess", "Inference", "Postprocess")]
+                  for row in rows]
+        lines += [f"## {model}", "", *cli.table(
+            ("setting", "batch", "items/s", "vs naive", "vs default", "pre ms", "model ms", "post ms (per batch)"),
+            [(row.variant, row.batch_size, f"{row.items_per_s:.1f}", f"{row.ratio_to_naive:.2f}x",
+              f"{row.ratio_to_default:.2f}x" if row.ratio_to_default else "",
+              *(None if v is None else f"{v:.2f}" for v in stage)) for row, stage in zip(rows, stages)]), ""]
     return "\n".join(lines)
 
 
@@ -248,32 +243,23 @@ def plot(results: dict[str, list[Measurement]], path: Path, args) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.inprocess", description=__doc__.splitlines()[0])
-    # A generating model's in-process figures (KV cache vs recompute): python -m benchmarks.bench.generation
-    parser.add_argument("--model", action="append", choices=Catalogue.load(CATALOGUE).names_of(generating=False),
-                        help="default: all but the generating ones (benchmarks/bench/generation.py)")
-    parser.add_argument("--batch-size", type=int, action="append", help="repeatable; default: 1 and 8")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (a worker's budget; default 1)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured time per variant")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: as a worker handed gpu_id 0")
-    args = parser.parse_args(argv)
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("bench-inprocess", __doc__.splitlines()[0])
+    # A generating model's in-process figures (KV cache vs recompute): python -m benchmarks generation
+    cli.add(p, "device", "out", model={"action": "append", "choices": Catalogue.load(CATALOGUE).names_of(generating=False),
+                                       "help": "repeatable; default: all but the generating ones (`generation` verb)"},
+            batch_size={"action": "append", "help": "repeatable; default: 1 and 8"},
+            threads={"default": 1, "help": "intra-op threads (a worker's budget)"},
+            seconds={"default": 5.0, "help": "measured time per variant"})
+    args = p.parse_args(argv)
     args.batch_size = args.batch_size or [1, 8]
-    try:
-        results = run(args.model or list(Catalogue.load(CATALOGUE).names_of(generating=False)), args.batch_size,
-                      args.threads, args.seconds, device=args.device)
-    except (BenchmarkError, BuildError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    results = run(args.model or list(Catalogue.load(CATALOGUE).names_of(generating=False)), args.batch_size,
+                  args.threads, args.seconds, device=args.device)
     print(f"\n{'model':<20}{'setting':<52}{'batch':>6}{'items/s':>10}{'vs naive':>10}{'vs default':>11}")
     for model, rows in results.items():
         for row in rows:
             vs_default = f"{row.ratio_to_default:>10.2f}x" if row.ratio_to_default else f"{'':>11}"
             print(f"{model:<20}{row.variant:<52}{row.batch_size:>6}{row.items_per_s:>10.1f}{row.ratio_to_naive:>9.2f}x"
                   f"{vs_default}")
-    print(f"\nreport: {write_report(results, args)}")
+    print(f"\nreport: {write_report(results, args, cli.command_line('bench-inprocess', argv))}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

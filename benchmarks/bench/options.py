@@ -1,19 +1,20 @@
-"""`python -m benchmarks.bench`'s command line, read once into BenchConfig."""
+"""`python -m benchmarks bench`'s command line, read once into BenchConfig."""
 
 from __future__ import annotations
 
 import argparse
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
+from benchmarks.load import cli
 from benchmarks.load.capacity import REFERENCE_WINDOW_S
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.runner import LoadPlan
 from benchmarks.load.stats import StabilityRule
-from serving.errors import BenchmarkError, LauncherError
-from serving.repo import CATALOGUE, DEFAULT_CONFIG, REPORTS
+from serving.errors import LauncherError
+from serving.repo import CATALOGUE
 from serving.ts_config import ModelSettings, ServerConfig
 
 # The long form's open-loop rates, as fractions of the closed-loop peak.
@@ -43,50 +44,26 @@ class BenchConfig:
     device: str = "cpu"  # where ours' workers and the in-process limit run (cuda: one GPU)
 
 
-def _numbers(kind):
-    def parse(text: str):
-        try:
-            values = tuple(kind(v) for v in text.split(",") if v.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-        if not values or any(v <= 0 for v in values):
-            raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
-        return values
-    return parse
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench",
-                                description="Benchmark one model on a real TorchServe: how fast is it served, and how far "
-                                            "from its limit?")
-    p.add_argument("--model", required=True, help="a catalogue model (catalogue.yaml)")
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                   help="base config.properties for ours (default: the repo's)")
+    p = cli.parser("bench", "Benchmark one model on a real TorchServe: how fast is it served, and how far "
+                            "from its limit?")
+    cli.add(p, model={"required": True}, config={"help": "base config.properties for ours"})
     g = p.add_argument_group("our server (defaults: the config's models= entry for the model)")
-    g.add_argument("--batch-size", type=int, help="TorchServe batchSize")
     g.add_argument("--max-batch-delay", type=int, metavar="MS", help="TorchServe maxBatchDelay")
-    g.add_argument("--workers", type=int, help="minWorkers = maxWorkers")
-    g.add_argument("--threads", type=int, help="intra-op threads per worker (default: the archive's setting)")
-    g.add_argument("--variant", help="the catalogue variant ours serves (default: the archive config.properties "
-                                     "names, i.e. what make tune chose; else the entry's default)")
+    cli.add(g, "batch_size", "workers", "threads",
+            variant={"help": "the catalogue variant ours serves (default: the archive config.properties names, "
+                             "i.e. what make tune chose; else the entry's default)"})
     g.add_argument("--compare-variant", action="append", default=[], metavar="VARIANT",
                    help="also serve this variant's archive with the same settings and load, same run (repeatable)")
     g = p.add_argument_group("load")
-    g.add_argument("--concurrency", type=_numbers(int), metavar="N,N,...",
+    g.add_argument("--concurrency", type=cli.numbers(int), metavar="N,N,...",
                    help="closed-loop levels, all run (default: 1; --full: sweep 1, 2, 4, ... until the gain is small)")
     g.add_argument("--max-concurrency", type=int, default=64, help="sweep limit (default: %(default)s)")
-    g.add_argument("--min-gain-pct", type=float, default=5.0,
-                   help="the sweep stops when throughput rises by less (default: %(default)s)")
-    g.add_argument("--rates", type=_numbers(float), metavar="R,R,...",
+    g.add_argument("--rates", type=cli.numbers(float), metavar="R,R,...",
                    help="open-loop Poisson rates for ours, req/s (default: fractions of the peak)")
-    g.add_argument("--rate-fractions", type=_numbers(float), metavar="F,F,...",
+    g.add_argument("--rate-fractions", type=cli.numbers(float), metavar="F,F,...",
                    help="open-loop rates as fractions of each server's closed-loop peak (--full's default: "
                         "0.25,0.5,0.75,0.9; otherwise the search starts at half the in-process limit)")
-    g.add_argument("--connections", type=int, default=64,
-                   help="open loop: concurrent connections at most (default: %(default)s)")
-    g.add_argument("--point-requests", type=int, default=1000,
-                   help="open loop: arrivals per point at least, over its reported windows (default: %(default)s: "
-                        "a p99 from 1,000 samples)")
     g.add_argument("--scout-requests", type=int, default=300,
                    help="capacity search: bracket the p99 target with short points of this many arrivals first "
                         "(never a capacity), then measure the bracket in full (0: every point in full; "
@@ -94,20 +71,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--capacity-points", type=int, default=5,
                    help="open loop: up to this many more points bisect the highest rate within the p99 target, "
                         "as the tuner does (0: the listed rates only; default: %(default)s)")
-    g.add_argument("--window-s", type=float, default=REFERENCE_WINDOW_S,
-                   help="measurement window (default: %(default)s)")
-    g.add_argument("--max-windows", type=int, default=8,
-                   help="measured windows per point at most (default: %(default)s)")
-    g.add_argument("--stability-pct", type=float, default=10.0,
-                   help="stable: throughput and p99 of the last windows within this %% (default: %(default)s)")
-    g.add_argument("--stable-windows", type=int, default=3, help="how many last windows (default: %(default)s)")
-    g.add_argument("--warmup-s", type=float, default=5.0,
-                   help="unmeasured load after each server starts (default: %(default)s)")
-    g.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                   help="before each phase, wait (at most this long) for no other TorchServe and an idle CPU; "
-                        "a point during which other processes were busy is measured again (default: don't)")
+    cli.add(g, "connections", "stable_windows", "wait_quiet", min_gain_pct={"default": 5.0},
+            point_requests={"default": 1000}, window_s={"default": REFERENCE_WINDOW_S}, max_windows={"default": 8},
+            stability_pct={"default": 10.0}, warmup_s={"default": 5.0})
     g = p.add_argument_group("references")
-    g.add_argument("--slo-ms", type=float, help="p99 target (default: the catalogue's slo_ms)")
+    cli.add(g, "slo_ms")
     g.add_argument("--inprocess-seconds", type=float, default=10.0,
                    help="in-process limit measuring time (default: %(default)s)")
     g.add_argument("--stock", action="store_true", help="also measure the stock baseline (TorchServe's defaults, "
@@ -115,18 +83,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stock-workers", type=int, help="stock workers (default: TorchServe's own, one per CPU)")
     g.add_argument("--ceiling", action="store_true",
                    help="also measure the no-op handler's ceiling (batch 1, 8 and ours) and the breakdown against it")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                   help="where our workers and the in-process limit run: cuda gives them one GPU (number_of_gpu=1); "
-                        "cpu keeps every worker off a GPU the host has (default: %(default)s)")
-    p.add_argument("--budget-min", type=float, default=10.0,
-                   help="time budget of the whole run, minutes: a point that would not end within it is not started, "
-                        "and the report says what was not measured (0: no budget; default: %(default)s)")
+    cli.add(p, "device", "out", budget_min={"default": 10.0})
     p.add_argument("--full", action="store_true",
                    help="the long form: closed-loop sweep and open-loop fractions of its peak before the capacity "
                         "search, the stock baseline and the ceiling (tens of minutes)")
     p.add_argument("--smoke", action="store_true",
                    help="a short run for tests: 1 s windows, concurrency 1,4 (stock: 1), one open-loop rate")
-    p.add_argument("--out", type=Path, default=REPORTS, help="reports folder (default: benchmarks/reports)")
     return p
 
 
@@ -206,6 +168,6 @@ def config_from(args: argparse.Namespace, argv: Sequence[str]) -> BenchConfig:
         ceiling=args.ceiling, variant=variant,
         compare=tuple(v for v in dict.fromkeys(args.compare_variant) if v != variant),
         out=args.out, smoke=args.smoke,
-        command=shlex.join([".venv/bin/python", "-m", "benchmarks.bench", *argv]),
+        command=cli.command_line("bench", argv),
         budget_s=60.0 * args.budget_min if args.budget_min else None, device=args.device,
     )

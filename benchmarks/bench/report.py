@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.load import stats
+from benchmarks.load import cli, stats
 from benchmarks.load.resources import NOISY_OTHERS_PCT
 from benchmarks.load.runner import ServerRun, summary
 
@@ -171,21 +170,18 @@ def markdown(report: dict) -> str:
               f"worker(s): {report['reference']['inprocess']['items_per_s']:.1f} items/s"
               f" (other processes meanwhile: {report['reference']['inprocess'].get('others_cpu_pct', 0):.0f}% of a core)",
               f"- p99 target: {s['slo_ms']:g} ms", ""]
-    lines += ["## Summary", "", "| | ours | stock | in-process |", "|---|---|---|---|",
-              f"| peak req/s | {_fmt(s['ours']['peak_rps'])} | {_fmt((s['stock'] or {}).get('peak_rps'))} "
-              f"| {s['inprocess_items_per_s']:.1f} |",
-              f"| p99 at peak (ms) | {stats.tail_cell(_at(s['ours'], 'peak'), 0)} | "
-              f"{stats.tail_cell(_at(s['stock'], 'peak'), 0) if s['stock'] else '-'} | |",
-              f"| req/s at p99 <= {s['slo_ms']:g} ms (open loop) | {_fmt(s['ours']['slo_rps'])} | "
-              f"{_fmt((s['stock'] or {}).get('slo_rps'))} | |",
-              f"| speedup over stock (peak / at target) | {_x(s['speedup_at_peak'])} / {_x(s['speedup_at_slo'])} | | |",
-              f"| share of the in-process limit (peak / at target) | {_pct(s['efficiency_at_peak'])} / "
-              f"{_pct(s['efficiency_at_slo'])} | | |", ""]
+    lines += ["## Summary", "", *cli.table(("", "ours", "stock", "in-process"), [
+        ("peak req/s", _fmt(s["ours"]["peak_rps"]), _fmt((s["stock"] or {}).get("peak_rps")),
+         f"{s['inprocess_items_per_s']:.1f}"),
+        ("p99 at peak (ms)", stats.tail_cell(_at(s["ours"], "peak"), 0),
+         stats.tail_cell(_at(s["stock"], "peak"), 0) if s["stock"] else "-", ""),
+        (f"req/s at p99 <= {s['slo_ms']:g} ms (open loop)", _fmt(s["ours"]["slo_rps"]),
+         _fmt((s["stock"] or {}).get("slo_rps")), ""),
+        ("speedup over stock (peak / at target)", f"{_x(s['speedup_at_peak'])} / {_x(s['speedup_at_slo'])}", "", ""),
+        ("share of the in-process limit (peak / at target)",
+         f"{_pct(s['efficiency_at_peak'])} / {_pct(s['efficiency_at_slo'])}", "", "")]), ""]
     for server, run in report["results"].items():
-        lines += [f"## Points: {server}", "",
-                  "| mode | level | offered | req/s | p50 | p90 | p99 | p99.9 | max | err | queue | batch | "
-                  "handler/batch | CPU fe/wk/gen/other % | stable |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        rows = []
         for f in run["points"]:
             r = csv_row(server, f)
             level = f"c={f['level']:g}" if f["mode"] == "closed" else f"{f['level']:g}/s"
@@ -199,13 +195,14 @@ def markdown(report: dict) -> str:
             p99 = stats.tail_cell(latency, 0) + (
                 f" ({min(spread):.0f}-{max(spread):.0f})" if len(spread) > 1 and thick else "")
             p999 = _fmt(r["p999_ms"], 0) if latency and stats.supports(99.9, latency["count"]) else "-"
-            lines.append(
-                f"| {mode} | {level} | {_fmt(r['offered_rps'])} | {_fmt(r['throughput_rps'])} | "
-                f"{_fmt(r['p50_ms'], 0)} | {_fmt(r['p90_ms'], 0)} | {p99} | {p999} | "
-                f"{_fmt(r['max_ms'], 0)} | {errors} | {_fmt(r['queue_ms'])} | {_fmt(r['mean_batch_size'])} | "
-                f"{_fmt(r['handler_ms_per_batch'])} | {r['frontend_cpu_pct']:.0f}/{r['workers_cpu_pct']:.0f}/"
-                f"{r['generator_cpu_pct']:.0f}/{r['others_cpu_pct']:.0f} | {'yes' if f['stable'] else 'no'} |")
-        lines.append("")
+            rows.append((mode, level, _fmt(r["offered_rps"]), _fmt(r["throughput_rps"]), _fmt(r["p50_ms"], 0),
+                         _fmt(r["p90_ms"], 0), p99, p999, _fmt(r["max_ms"], 0), errors, _fmt(r["queue_ms"]),
+                         _fmt(r["mean_batch_size"]), _fmt(r["handler_ms_per_batch"]),
+                         f"{r['frontend_cpu_pct']:.0f}/{r['workers_cpu_pct']:.0f}/{r['generator_cpu_pct']:.0f}/"
+                         f"{r['others_cpu_pct']:.0f}", "yes" if f["stable"] else "no"))
+        lines += [f"## Points: {server}", "", *cli.table(
+            ("mode", "level", "offered", "req/s", "p50", "p90", "p99", "p99.9", "max", "err", "queue", "batch",
+             "handler/batch", "CPU fe/wk/gen/other %", "stable"), rows), ""]
     lines += ["Each point: its last stable-rule windows; open loop, every request scheduled in them, answered "
               "or not (one never answered counts the time it was waited for); closed loop, the requests answered "
               "in them. Latencies in ms, from the intended send time; a p99 over fewer than "
@@ -280,8 +277,8 @@ def write(out_root: Path, model: str, *, configuration: dict, load: dict, runs: 
     from benchmarks.bench import plots, served_path, targets
     from benchmarks.load.environment import describe_environment
 
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = Path(out_root) / f"{model}{'-smoke' if smoke else ''}-{stamp}"
+    stamp = cli.stamp()
+    folder = cli.report_folder(out_root, model + ("-smoke" if smoke else ""), when=stamp)
     folder.mkdir(parents=True, exist_ok=False)
     results = {
         label: {"frontend": run.description, "worker_threads": list(run.worker_threads),

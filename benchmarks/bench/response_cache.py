@@ -10,14 +10,13 @@ load generator, not the server, is what stops the cache arm, the figure is a flo
 cost on all-distinct inputs is then measured again as throughput at one concurrency, over several
 alternating pairs, since a capacity read off a p99 crossing moves with the noise of one point.
 
-    python -m benchmarks.bench.response_cache --model minilm
+    python -m benchmarks response-cache --model minilm
 
 Writes benchmarks/reports/response-cache-<model>-<time>/ (report.json, report.md, capacity.png).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -33,12 +32,14 @@ import yaml
 
 from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.bench.response_cache_report import markdown, plot
+from benchmarks.load import cli
 from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.loadgen import Payload, Target, closed_loop, open_loop
 from benchmarks.load.runner import OpenPoint, open_window_s
 from benchmarks.load.stats import StabilityRule
 from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE, REPORTS, shown
+from serving.repo import CATALOGUE, MODEL_STORE, shown
 from serving.ts_config import ModelSettings
 
 NO_CACHE = (("Cache-Control", "no-cache"),)
@@ -258,30 +259,27 @@ def cache_cost(model: str, bodies: Sequence[bytes], answer: bytes, max_mib: floa
             "requests": len(bodies), "answer_bytes": len(answer)}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.response_cache", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="a catalogue model whose first example is JSON with one text field")
-    parser.add_argument("--universe", type=int, default=1000, help="distinct inputs of the Zipf workload")
-    parser.add_argument("--zipf-s", type=float, default=1.1)
-    parser.add_argument("--distinct", type=int, default=400_000, help="inputs available to the all-distinct workload")
-    parser.add_argument("--window-s", type=float, default=5.0, help="open-loop window (the bench's)")
-    parser.add_argument("--slo-ms", type=float, help="p99 target (default: the catalogue's slo_ms)")
-    parser.add_argument("--max-points", type=int, default=7, help="open-loop points per capacity search")
-    parser.add_argument("--pairs", type=int, default=8, help="alternating all-distinct pairs at --pair-level")
-    parser.add_argument("--pair-level", type=int, default=8, help="closed-loop concurrency of those pairs")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--max-mib", type=float, default=64)
-    parser.add_argument("--out", type=Path, default=REPORTS)
-    args = parser.parse_args(argv)
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("response-cache", __doc__.split("\n")[0])
+    cli.add(p, "slo_ms", "out", model={"required": True, "help": "a catalogue model whose first example is JSON with one "
+                                                                 "text field"},
+            window_s={"default": 5.0, "help": "open-loop window (the bench's)"},
+            max_points={"default": 7}, workers={"default": 2}, batch_size={"default": 4})
+    p.add_argument("--universe", type=int, default=1000, help="distinct inputs of the Zipf workload")
+    p.add_argument("--zipf-s", type=float, default=1.1)
+    p.add_argument("--distinct", type=int, default=400_000, help="inputs available to the all-distinct workload")
+    p.add_argument("--pairs", type=int, default=8, help="alternating all-distinct pairs at --pair-level")
+    p.add_argument("--pair-level", type=int, default=8, help="closed-loop concurrency of those pairs")
+    p.add_argument("--max-mib", type=float, default=64)
+    args = p.parse_args(argv)
     entry = yaml.safe_load(CATALOGUE.read_text())["models"][args.model]
     slo_ms = args.slo_ms if args.slo_ms is not None else float(entry.get("slo_ms", 100))
     if slo_ms <= 0:
-        raise SystemExit(f"error: --slo-ms {slo_ms:g}: give a p99 target in milliseconds above 0")
+        raise BenchmarkError(f"--slo-ms {slo_ms:g}: give a p99 target in milliseconds above 0")
     template, field = text_field(entry, args.model)
     pool = sentences()
     if len(pool) < args.universe:
-        raise SystemExit(f"error: only {len(pool)} distinct sentences for --universe {args.universe}")
+        raise BenchmarkError(f"only {len(pool)} distinct sentences for --universe {args.universe}: give a smaller one")
     universe = pool[:args.universe]
     zipf = [universe[i] for i in zipf_order(args.universe, 200_000, args.zipf_s, seed=0)]
     # All distinct: pairs of sentences, none of them the Zipf universe's, never sent twice.
@@ -297,11 +295,11 @@ def main(argv=None) -> int:
     pairs = {"cache": payloads(template, field, distinct[2 * third:]),
              "no_cache": payloads(template, field, distinct[2 * third:], NO_CACHE)}
     rule, settings = StabilityRule(), RateSettings(max_points=args.max_points)
-    when = time.strftime("%Y%m%d-%H%M%S")
+    when = cli.stamp()
     report = {"model": args.model, "when": when, "slo_ms": slo_ms, "universe": args.universe,
               "zipf_s": args.zipf_s, "workers": args.workers, "batch_size": args.batch_size, "max_mib": args.max_mib,
               "point_requests": POINT_REQUESTS, "window_s": args.window_s,
-              "command": "python -m benchmarks.bench.response_cache " + " ".join(argv if argv is not None else sys.argv[1:])}
+              "command": cli.command_line("response-cache", argv)}
     with tempfile.TemporaryDirectory(prefix="cachebench-") as tmp:
         with_cache(MODEL_STORE / f"{args.model}.mar", Path(tmp), args.model, args.max_mib)
         settings_ = {args.model: ModelSettings(batch_size=args.batch_size, max_batch_delay_ms=1,
@@ -332,7 +330,7 @@ def main(argv=None) -> int:
     ratios = [p["ratio"] for p in report["distinct_pairs"]]
     report["distinct_pair_ratio"] = {"median": round(float(np.median(ratios)), 4), "min": min(ratios),
                                      "max": max(ratios), "level": args.pair_level}
-    folder = args.out / f"response-cache-{args.model}-{when}"
+    folder = cli.report_folder(args.out, "response-cache", args.model, when=when)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (folder / "report.md").write_text(markdown(report))
@@ -347,6 +345,3 @@ def server_total(server, name: str, model: str) -> float:
 
     return Scrape.of(server.metrics_text()).total(name, model)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.load import stats
+from benchmarks.load.cli import table
 
 
 def capacity_text(arm: dict) -> str:
@@ -26,13 +27,11 @@ def markdown(report: dict) -> str:
     for workload, title in (("zipf", f"Zipf s={report['zipf_s']} over {report['universe']} inputs"),
                             ("distinct", "all-distinct inputs (never a hit)")):
         arms = report[workload]
-        lines += [f"## {title}", "", "| arm | offered req/s | achieved req/s | p99 ms | requests | stable | passes |",
-                  "|---|---|---|---|---|---|---|"]
-        for arm in ("cache", "no_cache"):
-            lines += [f"| {arm} | {p['offered_rps']} | {p['achieved_rps']} | {stats.tail_cell(p['latency_ms'])} | "
-                      f"{p['requests']} | "
-                      f"{'yes' if p['stable'] else 'no'} | {'yes' if p['passes'] else 'no'} |"
-                      for p in arms[arm]["points"]]
+        lines += [f"## {title}", "", *table(
+            ("arm", "offered req/s", "achieved req/s", "p99 ms", "requests", "stable", "passes"),
+            [(arm, p["offered_rps"], p["achieved_rps"], stats.tail_cell(p["latency_ms"]), p["requests"],
+              "yes" if p["stable"] else "no", "yes" if p["passes"] else "no")
+             for arm in ("cache", "no_cache") for p in arms[arm]["points"]])]
         ratio = report[f"{workload}_ratio"]
         floor = " (a floor: the cache arm's limit was the load generator's)" if arms["cache"]["floor"] else ""
         ratio_text = f"**{ratio}x**" if ratio is not None else "no ratio (no rate met the SLO without the cache)"
@@ -40,9 +39,9 @@ def markdown(report: dict) -> str:
                       f"{capacity_text(arms['no_cache'])}: {ratio_text}{floor}.", ""]
     pr = report["distinct_pair_ratio"]
     lines += [f"## All-distinct inputs, throughput at concurrency {pr['level']}, arms alternating", "",
-              "| pair | cache req/s | no cache req/s | cache / no cache |", "|---|---|---|---|"]
-    lines += [f"| {i + 1} | {p['cache']} | {p['no_cache']} | {p['ratio']:.3f} |"
-              for i, p in enumerate(report["distinct_pairs"])]
+              *table(("pair", "cache req/s", "no cache req/s", "cache / no cache"),
+                     [(i + 1, p["cache"], p["no_cache"], f"{p['ratio']:.3f}")
+                      for i, p in enumerate(report["distinct_pairs"])])]
     lines += ["", f"Median ratio **{pr['median']:.3f}** (range {pr['min']:.3f}-{pr['max']:.3f} over "
                   f"{len(report['distinct_pairs'])} pairs).", ""]
     cost = report["cost"]

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.load import stats
+from benchmarks.load import cli, stats
 from benchmarks.load.runner import LoadPlan, ServerRun, peak, run_server
 from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
@@ -126,14 +126,8 @@ def markdown(section: dict, ours_batch_size: int, inprocess_items_per_s: float) 
     lines = ["## Where the time goes", "",
              "No-op ceiling: the same server and requests with a handler that does nothing "
              "(benchmarks/bench/noop/): what the frontend + worker path alone carries on this machine.", "",
-             "| no-op handler | peak req/s | at | p50 one client (ms) | p99 one client (ms) |", "|---|---|---|---|---|"]
-    for size, row in rows.items():
-        tag = " (ours)" if int(size) == ours_batch_size else ""
-        one = {"count": row.get("one_client_samples"), "p90_ms": row.get("one_client_p90_ms"),
-               "p99_ms": row["one_client_p99_ms"]}
-        lines.append(f"| batch {size}{tag} | {row['peak_rps']:.1f} | {row['peak_point']} | "
-                     f"{_ms(row['one_client_p50_ms'])} | {stats.tail_cell(one, 2)} |"
-                     if row["peak_rps"] else f"| batch {size}{tag} | - | - | - | - |")
+             *cli.table(("no-op handler", "peak req/s", "at", "p50 one client (ms)", "p99 one client (ms)"),
+                        [_ceiling_row(size, row, ours_batch_size) for size, row in rows.items()])]
     combined = section["combined_limit_rps"]
     lines += ["", f"In-process limit {inprocess_items_per_s:.1f} items/s; with the served path's own cost at our "
               f"batch size the machine can serve at most {_ms(combined)} req/s (1 / (1/in-process + 1/ceiling)); "
@@ -143,10 +137,18 @@ def markdown(section: dict, ours_batch_size: int, inprocess_items_per_s: float) 
     noop = rows.get(str(ours_batch_size), {}).get("breakdown")
     lines += ["Per request at one closed-loop client (mean ms; each batch holds one request, so the server's "
               "counters split the time exactly):", "",
-              "| stage | ours | no-op handler |", "|---|---|---|"]
-    for key, label in BREAKDOWN_ROWS:
-        lines.append(f"| {label} | {_ms((ours or {}).get(key))} | {_ms((noop or {}).get(key))} |")
+              *cli.table(("stage", "ours", "no-op handler"),
+                         [(label, _ms((ours or {}).get(key)), _ms((noop or {}).get(key))) for key, label in BREAKDOWN_ROWS])]
     return lines + [""]
+
+
+def _ceiling_row(size: str, row: dict, ours_batch_size: int) -> tuple:
+    label = f"batch {size}" + (" (ours)" if int(size) == ours_batch_size else "")
+    if not row["peak_rps"]:
+        return (label, "-", "-", "-", "-")
+    one = {"count": row.get("one_client_samples"), "p90_ms": row.get("one_client_p90_ms"),
+           "p99_ms": row["one_client_p99_ms"]}
+    return (label, f"{row['peak_rps']:.1f}", row["peak_point"], _ms(row["one_client_p50_ms"]), stats.tail_cell(one, 2))
 
 
 

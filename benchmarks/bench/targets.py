@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 from benchmarks.bench.served_path import one_client
-from benchmarks.load import stats
+from benchmarks.load import cli, stats
 from benchmarks.load.runner import ServerRun
 
 P50_ALLOWANCE_MS = 4.0
@@ -62,10 +62,7 @@ def check(ours: ServerRun, summary: dict, inprocess: dict, path: Optional[dict])
 
 
 def markdown(rows: list[dict]) -> list[str]:
-    lines = ["## Targets (this run)", "", "| target | measured | bound | |", "|---|---|---|---|"]
-    for r in rows:
-        measured = "-" if r["measured"] is None else f"{r['measured']:.1f} {r['unit']}"
-        bound = "-" if r["bound"] is None else f"{'>=' if r['at_least'] else '<='} {r['bound']:.1f} {r['unit']}"
-        verdict = {True: "met", False: "**missed**", None: "n/a"}[r["met"]]
-        lines.append(f"| {r['target']} | {measured} | {bound} | {verdict} |")
-    return lines + [""]
+    return ["## Targets (this run)", "", *cli.table(("target", "measured", "bound", ""), [(
+        r["target"], "-" if r["measured"] is None else f"{r['measured']:.1f} {r['unit']}",
+        "-" if r["bound"] is None else f"{'>=' if r['at_least'] else '<='} {r['bound']:.1f} {r['unit']}",
+        {True: "met", False: "**missed**", None: "n/a"}[r["met"]]) for r in rows]), ""]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from serving.errors import BenchmarkError
+from benchmarks.load.errors import BenchmarkError
 
 
 class BudgetSpent(BenchmarkError):

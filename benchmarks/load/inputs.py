@@ -8,11 +8,11 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
+from benchmarks.load.errors import BenchmarkError
 from build.catalogue import Catalogue
 from build.examples import Request, worker_input
 from build.export import served_settings
 from handlers.families import family_class
-from serving.errors import BenchmarkError
 from serving.repo import CATALOGUE
 
 # Colour photographs of real scenes.

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import http.client
 import queue
+import random
 import socket
 import threading
 import time
@@ -22,9 +23,8 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from benchmarks.load import inputs, stats
-from benchmarks.load.arrivals import poisson_schedule
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule, Window
-from serving.errors import BenchmarkError
 
 Probe = Callable[[], Any]
 Progress = Callable[[str], None]
@@ -264,17 +264,24 @@ def closed_loop(target: Target, payloads: Sequence[Payload], concurrency: int, r
                       concurrency, max_busy=concurrency)
 
 
+def poisson_schedule(rate: float, seed: int = 0) -> Iterator[float]:
+    """Arrival offsets (s) of a Poisson process: independent clients, together `rate` req/s."""
+    rng = random.Random(seed)
+    offset = 0.0
+    while True:
+        offset += rng.expovariate(rate)
+        yield offset
+
+
 def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: StabilityRule, window_s: float,
               connections: int = 64, seed: int = 0, drain_s: float = 30.0, probe: Probe = _nothing,
-              progress: Progress = print, stamp: Optional[Stamp] = None,
-              arrivals: Optional[Iterator[float]] = None) -> LoadResult:
+              progress: Progress = print, stamp: Optional[Stamp] = None) -> LoadResult:
     """Poisson arrivals at `rate` req/s, sent by up to `connections` concurrent clients.
 
     Latency runs from each request's scheduled arrival, whatever delayed its sending. After the
     last window no new arrivals are scheduled; those already scheduled get `drain_s` to be answered,
     then count as failed (status NO_RESPONSE). `stamp`: more headers per request from its scheduled
-    arrival (a client's deadline, benchmarks/reliability/deadlines.py). `arrivals`: another
-    schedule than Poisson's, as increasing offsets (s) from the start (`per_connection_schedule`).
+    arrival (a client's deadline, benchmarks/reliability/deadlines.py).
     """
     if rate <= 0:
         raise BenchmarkError(f"open-loop rate must be > 0, got {rate}")
@@ -288,7 +295,7 @@ def open_loop(target: Target, payloads: Sequence[Payload], rate: float, rule: St
     deadline = [float("inf")]
 
     def dispatcher() -> None:
-        offsets = poisson_schedule(rate, seed) if arrivals is None else arrivals
+        offsets = poisson_schedule(rate, seed)
         start = time.perf_counter()
         k = 0
         due = start + next(offsets)

@@ -18,8 +18,8 @@ from typing import Optional
 
 from benchmarks.load import loadgen, stats
 from benchmarks.load.capacity import kept_up
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.loadgen import LoadResult, Payload
-from serving.errors import BenchmarkError
 
 # The search's "SLO": every model's p99 divided by its own target.
 NORMALISED_SLO = 1.0

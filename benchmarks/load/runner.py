@@ -15,10 +15,10 @@ from typing import Optional
 from benchmarks.load import loadgen, resources, server_metrics, stats
 from benchmarks.load.budget import Budget, BudgetSpent
 from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate, kept_up
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.loadgen import LoadResult, Payload, Target
 from benchmarks.load.stats import StabilityRule
 from build.catalogue import FRONTEND_KEYS
-from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
 
 Progress = Callable[[str], None]

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from benchmarks.load import loadgen, stats
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.resources import FRONTEND, OTHERS, WORKERS, ProcessGroups, usage
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule
-from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
 
 REQUEST_TIMEOUT_S = 60.0

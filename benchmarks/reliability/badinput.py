@@ -5,12 +5,11 @@ Each invalid case the handler must refuse goes out together with valid batch-mat
 once, so the frontend batches them): those must still get their 200. Afterwards no worker may
 have restarted: the same PIDs, and no worker death in the logs.
 
-    python -m benchmarks.reliability.badinput          # starts its own server from config.properties
+    python -m benchmarks bad-input         # starts its own server from config.properties
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import threading
@@ -22,6 +21,7 @@ from typing import Optional
 
 import requests
 
+from benchmarks.load import cli
 from benchmarks.load.server_metrics import BATCHES, Scrape
 from benchmarks.load.traffic import Traffic, say
 from benchmarks.reliability.corpus import FRONTEND, HANDLER, Case, family_cases, server_cases
@@ -31,7 +31,7 @@ from handlers.families import family_class
 from handlers.settings import HandlerSettings
 from serving import ts_logs
 from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE
+from serving.repo import CATALOGUE
 
 CATCH_ALL = "unexpected error decoding"  # handlers/handler.py: an input no check foresaw
 TIMEOUT_S = 60.0
@@ -238,17 +238,9 @@ def log_problems(ts: TorchServe, since: dict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))  # TorchServe logs some lines twice
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-store", default=str(MODEL_STORE))
-    args = parser.parse_args(argv)
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("bad-input", __doc__.split("\n\n")[0])
+    cli.add(p, "model_store")
+    args = p.parse_args(argv)
     with TorchServe(args.model_store) as ts:
-        result = run_corpus(ts)
-    print(result.summary())
-    for problem in result.problems:
-        print(f"  FAIL {problem}")
-    return 0 if result.passed else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        return cli.verdict(run_corpus(ts))

@@ -14,14 +14,12 @@ within the budget (the same threshold judges both runs), the counts of 200 / 503
 no 5xx but 503 and 504, no 504 without deadlines. Written to benchmarks/reports/deadlines-<model>-<time>/
 (report.md, report.json, deadlines.png).
 
-    python -m benchmarks.reliability.deadlines [--model minilm] [--factor 2] [--seconds 20]
+    python -m benchmarks deadlines [--model minilm] [--factor 2] [--seconds 20]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Optional
 
-from benchmarks.load import loadgen, stats
+from benchmarks.load import cli, loadgen, stats
 from benchmarks.load.environment import describe_environment
 from benchmarks.load.server_metrics import Scrape
 from benchmarks.load.stats import NO_RESPONSE, Sample
@@ -38,7 +36,7 @@ from build.catalogue import Catalogue
 from handlers.deadlines import START_HEADER, TIMEOUT_HEADER
 from handlers.stage_metrics import DEADLINE_EXPIRED_METRIC
 from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE, REPORTS
+from serving.repo import CATALOGUE
 
 JOB_QUEUE_SIZE = 100  # the shipped config.properties' job_queue_size
 DRAIN_S = 30.0
@@ -190,14 +188,14 @@ def compare(ts: TorchServe, model: str, capacity_rps: float, factor: float = 2.0
 
 
 def report_table(result: DeadlineComparison) -> str:
-    header = "| | " + " | ".join(r.label for r in result.runs) + " |\n|---|" + "---:|" * len(result.runs)
     rows = [("offered (req/s)", [f"{r.offered_rps:.0f}" for r in result.runs]),
             ("sent", [str(r.traffic.sent) for r in result.runs]),
             ("tail of the 200s", [stats.tail_text(r.answered, 0) for r in result.runs]),
             (f"answered 200 within {result.budget_ms} ms", [f"{r.in_time_share:.1%}" for r in result.runs])]
     rows += [(name, [str(r.outcomes[name]) for r in result.runs]) for name in OUTCOMES]
     rows.append(("HandlerDeadlineExpired (/metrics)", [f"{r.expired_counter:.0f}" for r in result.runs]))
-    return header + "\n" + "\n".join(f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows)
+    return "\n".join(cli.table(("", *(r.label for r in result.runs)), [(name, *cells) for name, cells in rows],
+                               ("---", *("---:" for _ in result.runs))))
 
 
 def write_report(result: DeadlineComparison, out: Path, command: str) -> Path:
@@ -260,26 +258,13 @@ def run_on_own_server(store: Path, model: str, factor: float, seconds: float, jo
         return compare(ts, model, capacity(ts, model), factor, seconds)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-store", type=Path, default=MODEL_STORE)
-    parser.add_argument("--model", default=None, help="a catalogue model (default: the catalogue's first)")
-    parser.add_argument("--factor", type=float, default=2.0, help="offered load / measured capacity")
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of each run")
-    parser.add_argument("--job-queue-size", type=int, default=JOB_QUEUE_SIZE)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    model = args.model or Catalogue.load(CATALOGUE).names[0]
-    out = args.out or REPORTS / time.strftime(f"deadlines-{model}-%Y%m%d-%H%M%S")
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("deadlines", __doc__.split("\n\n")[0])
+    cli.add(p, "model", "model_store", "out", factor={"default": 2.0}, seconds={"default": 20.0},
+            job_queue_size={"default": JOB_QUEUE_SIZE})
+    args = p.parse_args(argv)
+    model = cli.model_or_first(args.model)
     result = run_on_own_server(args.model_store, model, args.factor, args.seconds, args.job_queue_size)
-    command = "python -m benchmarks.reliability.deadlines " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_report(result, out, command.strip())
-    print(result.summary())
-    for problem in result.problems:
-        print(f"  FAIL {problem}")
-    print(f"report: {out}")
-    return 0 if result.passed else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    out = cli.report_folder(args.out, "deadlines", model)
+    write_report(result, out, cli.command_line("deadlines", argv))
+    return cli.verdict(result, report=out)

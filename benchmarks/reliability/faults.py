@@ -9,12 +9,11 @@
    refused by the management API with an error status and message, the logs say why, and the
    healthy model keeps answering 200 throughout.
 
-    python -m benchmarks.reliability.faults            # starts its own servers through the launcher
+    python -m benchmarks faults            # starts its own servers through the launcher
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -29,6 +28,8 @@ from typing import Optional
 
 import yaml
 
+from benchmarks.load import cli
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.traffic import (
     ClosedLoop,
     Traffic,
@@ -37,10 +38,7 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
-from build.catalogue import Catalogue
-from serving.errors import BenchmarkError
 from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE
 
 RECOVERY_LIMIT_S = 180.0
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT")
@@ -253,22 +251,12 @@ def _register(ts: TorchServe, archive: BrokenArchive) -> LoadFailure:
     return LoadFailure(archive, resp.status_code, message, registered, line)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-store", default=str(MODEL_STORE))
-    parser.add_argument("--model", default=None, help="a catalogue model (default: the catalogue's first)")
-    parser.add_argument("--concurrency", type=int, default=8)
-    args = parser.parse_args(argv)
-    model = args.model or Catalogue.load(CATALOGUE).names[0]
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("faults", __doc__.split("\n\n")[0])
+    cli.add(p, "model", "model_store")
+    p.add_argument("--concurrency", type=int, default=8, help="clients while the worker is killed")
+    args = p.parse_args(argv)
+    model = cli.model_or_first(args.model)
     with TorchServe(args.model_store, load=(model,)) as ts:
         killed = kill_worker_under_load(ts, model, args.concurrency)
-    archives = broken_archives(Path(args.model_store), model)
-    for result in (killed, archives):
-        print(result.summary())
-        for problem in result.problems:
-            print(f"  FAIL {problem}")
-    return 0 if killed.passed and archives.passed else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return cli.verdict(killed, broken_archives(Path(args.model_store), model))

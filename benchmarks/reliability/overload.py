@@ -6,19 +6,18 @@ keep a p99 bounded by the queue's length over the capacity; memory (RSS of the f
 workers) stays bounded; every request gets an answer; and afterwards the server is healthy (queue
 drained, same workers, requests succeed).
 
-    python -m benchmarks.reliability.overload --factor 3 --seconds 20 --job-queue-size 16
+    python -m benchmarks overload --factor 3 --seconds 20 --job-queue-size 16
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Optional
 
-from benchmarks.load import loadgen, stats
+from benchmarks.load import cli, loadgen, stats
 from benchmarks.load.resources import FRONTEND, WORKERS
 from benchmarks.load.traffic import (
     Traffic,
@@ -31,9 +30,7 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
-from build.catalogue import Catalogue
 from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE
 
 # Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the
 # overload at most this much above the RSS just before it, per process group.
@@ -170,23 +167,12 @@ def health_after(ts: TorchServe, model: str, pids: tuple[int, ...], count: int, 
     return tuple(problems)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-store", default=str(MODEL_STORE))
-    parser.add_argument("--model", default=None, help="a catalogue model (default: the catalogue's first)")
-    parser.add_argument("--factor", type=float, default=3.0, help="offered load / measured capacity")
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--job-queue-size", type=int, default=16)
-    args = parser.parse_args(argv)
-    model = args.model or Catalogue.load(CATALOGUE).names[0]
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("overload", __doc__.split("\n\n")[0])
+    cli.add(p, "model", "model_store", factor={"default": 3.0}, seconds={"default": 20.0},
+            job_queue_size={"default": 16})
+    args = p.parse_args(argv)
+    model = cli.model_or_first(args.model)
     with TorchServe(args.model_store, load=(model,),
                     extra_properties={"job_queue_size": str(args.job_queue_size)}) as ts:
-        result = overload(ts, model, capacity(ts, model), args.factor, args.seconds)
-    print(result.summary())
-    for problem in result.problems:
-        print(f"  FAIL {problem}")
-    return 0 if result.passed else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        return cli.verdict(overload(ts, model, capacity(ts, model), args.factor, args.seconds))

@@ -4,12 +4,11 @@ loaded with weights_only=True, no secrets in logs or reports.
 Server checks take a running TorchServe (started from the repo's config.properties); the static
 ones read the repository. Each returns `Check`s: a name, whether it held, and the evidence.
 
-    python -m benchmarks.reliability.security        # starts its own server through the launcher
+    python -m benchmarks security        # starts its own server through the launcher
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import ipaddress
 import pickle
@@ -17,17 +16,16 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 from urllib.parse import urlsplit
 
 import psutil
 import requests
 
+from benchmarks.load import cli
 from benchmarks.load.traffic import payloads, say
-from build.catalogue import Catalogue
 from serving import properties
 from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
+from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 
 ADDRESS_KEYS = ("inference_address", "management_address", "metrics_address")
 REFUSED = (400, 401, 403)  # TorchServe 0.12 answers a missing or wrong key with 400 InvalidKeyException
@@ -227,18 +225,13 @@ def server_checks(ts: TorchServe, model: str) -> list[Check]:
     return token_checks(ts, model) + loopback_checks(ts) + model_api_checks(ts, model) + limit_checks(ts, model)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-store", default=str(MODEL_STORE))
-    parser.add_argument("--model", default=None, help="the model the requests go to (default: the catalogue's first)")
-    args = parser.parse_args(argv)
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("security", __doc__.split("\n\n")[0])
+    cli.add(p, "model_store", model={"help": "the model the requests go to (default: the catalogue's first)"})
+    args = p.parse_args(argv)
     checks = weights_checks()
     with TorchServe(args.model_store) as ts:
-        checks += server_checks(ts, args.model or Catalogue.load(CATALOGUE).names[0]) + secrets_checks(ts)
+        checks += server_checks(ts, cli.model_or_first(args.model)) + secrets_checks(ts)
     for check in checks:
         print(check.line())
     return 0 if all(c.passed for c in checks) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

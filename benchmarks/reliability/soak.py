@@ -5,30 +5,28 @@ its heap's pages as its young generation grows: RSS that rises then levels off),
 measured, in windows; at every window edge the RSS of the frontend (JVM) and of the workers is
 read. Checked: zero errors over the whole run, and RSS growth under 5% per group from the start of
 the measured part to its end (the RSS floor of its first and last thirds). Writes a small report (JSON, and a
-PNG of RSS and p99 over time) under benchmarks/reports/soak-<time>/.
+PNG of RSS and p99 over time) under <--out>/soak-<time>/.
 
 The soak's server starts its JVM with a 512 MB initial heap, pre-touched (`-Xms512m
 -XX:+AlwaysPreTouch` added to its vmargs, see `soak_vmargs`; the maximum heap stays the default).
 Without them the frontend's RSS rises for minutes as the JVM faults in heap pages it reserved at
-start (+10% over a quiet minute), and steps up each time G1 grows its small default initial heap
-(380 MB here) under load (+25% over 10 minutes, in two steps): neither is a leak. With them, RSS
-moves only when the footprint really does (the heap outgrowing 512 MB, direct buffers, threads).
+start, and steps up each time G1 grows its small default initial heap under load (how much:
+docs/results.md#reliability-and-soak): neither is a leak. With them, RSS moves only when the
+footprint really does (the heap outgrowing 512 MB, direct buffers, threads).
 
-    python -m benchmarks.reliability.soak --minutes 10      # the default; `make reliability` runs a short one
+    python -m benchmarks soak --minutes 10      # the default; `make reliability` runs a short one
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Optional
 
-from benchmarks.load import loadgen, stats
+from benchmarks.load import cli, loadgen, stats
 from benchmarks.load.resources import FRONTEND, WORKERS
 from benchmarks.load.traffic import (
     Traffic,
@@ -40,10 +38,9 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
-from build.catalogue import Catalogue
 from serving import properties
 from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, DEFAULT_CONFIG, MODEL_STORE, REPORTS
+from serving.repo import DEFAULT_CONFIG
 
 GROWTH_LIMIT_PCT = 5.0
 SOAK_JVM = ("-Xms512m", "-XX:+AlwaysPreTouch")
@@ -197,28 +194,14 @@ def write_report(result: SoakResult, out_dir: Path) -> Path:
     return out_dir
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--model", default=None, help="a catalogue model (default: the catalogue's first)")
-    parser.add_argument("--fraction", type=float, default=0.7, help="offered load / measured capacity")
-    parser.add_argument("--window-s", type=float, default=None, help="default 10 (5 under 5 minutes)")
-    parser.add_argument("--warmup-s", type=float, default=None, help="default 60 (20 under 5 minutes)")
-    parser.add_argument("--model-store", default=str(MODEL_STORE))
-    parser.add_argument("--out", type=Path, default=None, help="report folder (default benchmarks/reports/soak-<time>)")
-    args = parser.parse_args(argv)
-    model = args.model or Catalogue.load(CATALOGUE).names[0]
-    out = args.out or REPORTS / time.strftime("soak-%Y%m%d-%H%M%S")
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("soak", __doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=10.0, help="soak length")
+    cli.add(p, "model", "model_store", "out", factor={"default": 0.7, "dest": "fraction"},
+            window_s={"help": "default 10 (5 under 5 minutes)"}, warmup_s={"help": "default 60 (20 under 5 minutes)"})
+    args = p.parse_args(argv)
+    model = cli.model_or_first(args.model)
     with TorchServe(args.model_store, extra_properties=soak_vmargs()) as ts:
-        result = soak(ts, model, args.minutes, capacity(ts, model), args.fraction, args.window_s,
-                      args.warmup_s)
-    write_report(result, out)
-    print(result.summary())
-    for problem in result.problems:
-        print(f"  FAIL {problem}")
-    print(f"report: {out}")
-    return 0 if result.passed else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        result = soak(ts, model, args.minutes, capacity(ts, model), args.fraction, args.window_s, args.warmup_s)
+    out = write_report(result, cli.report_folder(args.out, "soak"))
+    return cli.verdict(result, report=out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serving.errors import BenchmarkError
+from benchmarks.load.errors import BenchmarkError
 
 
 class TuneError(BenchmarkError):

@@ -1,7 +1,7 @@
 """Tune a generating model (causal_lm) for a time-to-first-token SLO, written into
 config.properties like any model's values.
 
-    python -m benchmarks.tune --model tinylm [--slo-ms 100] [--no-write]
+    python -m benchmarks tune --model tinylm [--slo-ms 100] [--no-write]
 
 Each candidate is a real TorchServe under closed-loop streaming clients, each generating 64
 tokens, at least --ttft-samples requests in all. A candidate whose TTFT p99 lies within the noise
@@ -32,8 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.bench.generation_probes import throughput
-from benchmarks.load import stats
+from benchmarks.bench.generation import throughput
+from benchmarks.load import cli, stats
 from benchmarks.load.budget import Budget
 from benchmarks.load.environment import cpu_model
 from benchmarks.tune.config_writer import Provenance, Update, write_config
@@ -150,7 +150,7 @@ def tune(model: str, slo_ms: float, store: Path, config: Path, out: Path, cores:
     """`budget_s`: candidates that would not end within it are not measured (the report names them);
     the best of those measured is written and verified."""
     budget = Budget(budget_s)
-    folder = out / f"tune-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = cli.report_folder(out, "tune", model)
     folder.mkdir(parents=True, exist_ok=True)
     asynchronous = is_async(store / f"{model}.mar")
     space = search_space(asynchronous, cores)
@@ -221,14 +221,14 @@ def portable(command: str) -> str:
 
 
 def markdown(report: dict) -> str:
-    rows = [f"| {c['batch_size']} | {c['workers']} x {c['threads']} | {c.get('clients', '')} | {c['tokens_per_s']} | "
-            f"{stats.tail_cell(ttft_of(c), 0)}{remeasured(c)} | {'**chosen**' if report['chosen'] and c == report['chosen'] else ''} |"
-            for c in report["candidates"]]
+    rows = [(c["batch_size"], f"{c['workers']} x {c['threads']}", c.get("clients", ""), c["tokens_per_s"],
+             f"{stats.tail_cell(ttft_of(c), 0)}{remeasured(c)}",
+             "**chosen**" if report["chosen"] and c == report["chosen"] else "") for c in report["candidates"]]
     verified = report.get("verified")
     return "\n".join([
         f"# Tune {report['model']}: {report.get('mode', 'step')} mode, for TTFT p99 <= {report['slo_ms']:g} ms", "",
         f"Command: `{report['command']}`", "",
-        "| batchSize | workers x threads | streams | tokens/s | TTFT p99 ms | |", "|---|---|---|---|---|---|", *rows, "",
+        *cli.table(("batchSize", "workers x threads", "streams", "tokens/s", "TTFT p99 ms", ""), rows), "",
         f"The choice compares each candidate's TTFT p99; a p99 over fewer than {stats.P99_MIN_SAMPLES:,} requests "
         "is shown as the p90 and the count.", "",
         f"Written to config.properties: {report['written']}."

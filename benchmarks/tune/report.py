@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.load import stats
+from benchmarks.load import cli, stats
 from benchmarks.tune.judge import HeadToHead
 from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.results import CandidateResult, Point, best_of
@@ -191,21 +191,18 @@ def write_csv(path: Path, report: dict) -> None:
 
 
 def _candidate_table(results: list[dict], chosen_key: Optional[str], with_prediction: bool) -> list[str]:
-    head = "| # | candidate | workers x threads | batch | delay ms |"
-    head += " predicted req/s | start req/s |" if with_prediction else ""
-    head += " req/s within SLO | p99 ms there | mean batch | points | seconds |"
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    head = ("#", "candidate", "workers x threads", "batch", "delay ms",
+            *(("predicted req/s", "start req/s") if with_prediction else ()),
+            "req/s within SLO", "p99 ms there", "mean batch", "points", "seconds")
+    rows = []
     for index, r in enumerate(results, 1):
         c, best, pred = r["candidate"], r["best"] or {}, r.get("prediction") or {}
         mark = " **(chosen)**" if r["key"] == chosen_key else ""
-        row = f"| {index} | `{r['key']}`{mark} | {c['workers']} x {c['threads']} | {c['batch_size']} | " \
-              f"{c['max_batch_delay_ms']} |"
-        if with_prediction:
-            row += f" {_f(pred.get('rate_rps'))} | {_f(r['start_rps'])} |"
-        row += (f" {_f(r['throughput_rps'])} | {_tail(best)} | {_f(best.get('mean_batch'), 2)} | "
-                f"{len(r['points'])} | {_f(r['seconds'], 0)} |")
-        lines.append(row)
-    return lines
+        rows.append((index, f"`{r['key']}`{mark}", f"{c['workers']} x {c['threads']}", c["batch_size"],
+                     c["max_batch_delay_ms"], *((_f(pred.get("rate_rps")), _f(r["start_rps"])) if with_prediction else ()),
+                     _f(r["throughput_rps"]), _tail(best), _f(best.get("mean_batch"), 2), len(r["points"]),
+                     _f(r["seconds"], 0)))
+    return cli.table(head, rows)
 
 
 def markdown(report: dict) -> str:
@@ -219,12 +216,10 @@ def markdown(report: dict) -> str:
                   f"Open loop (Poisson arrivals), the highest rate whose p99 stays within {slo:g} ms at a stable "
                   f"point (an unstable one sets no capacity). A p99 over fewer than {stats.P99_MIN_SAMPLES:,} requests "
                   "is shown as the p90 and the count.", "",
-                  "| configuration | batch | delay ms | workers x threads | req/s within SLO | p99 ms |",
-                  "|---|---|---|---|---|---|"]
-        for row in before_after:
-            lines.append(f"| {row['label']} | {row['batch_size']} | {row['max_batch_delay_ms']} | "
-                         f"{row['workers']} x {row['threads']} | {_f(row['throughput_rps'])} | {_tail(row)} |")
-        lines.append("")
+                  *cli.table(("configuration", "batch", "delay ms", "workers x threads", "req/s within SLO", "p99 ms"),
+                             [(row["label"], row["batch_size"], row["max_batch_delay_ms"],
+                               f"{row['workers']} x {row['threads']}", _f(row["throughput_rps"]), _tail(row))
+                              for row in before_after]), ""]
     search = report.get("search") or []
     if search:
         timing = report.get("timing", {})
@@ -239,12 +234,10 @@ def markdown(report: dict) -> str:
         lines += ["## Service model", "", "In-process batch service times s(b), fitted as a + c*b; served, a "
                   "batch of b takes s(b) + o_batch + o_request*b, the overheads fitted per worker count to what the "
                   "servers sustained.", "",
-                  "| threads | measured s(b) ms | a ms | c ms/item |", "|---|---|---|---|"]
-        by_threads = fit["model"]["service_ms_by_threads"]
-        for threads, coef in by_threads.items():
-            pts = ", ".join(f"b{p['batch_size']}: {p['service_ms']:.1f}" for p in fit["points"]
-                            if str(p["threads"]) == threads)
-            lines.append(f"| {threads} | {pts} | {coef['a_ms']:.2f} | {coef['c_ms']:.2f} |")
+                  *cli.table(("threads", "measured s(b) ms", "a ms", "c ms/item"), [
+                      (threads, ", ".join(f"b{p['batch_size']}: {p['service_ms']:.1f}" for p in fit["points"]
+                                          if str(p["threads"]) == threads), f"{coef['a_ms']:.2f}", f"{coef['c_ms']:.2f}")
+                      for threads, coef in fit["model"]["service_ms_by_threads"].items()])]
         served = (report.get("calibrated_model") or {}).get("served_overhead_by_workers") or {}
         if served:
             lines += ["", "Served overhead after the search: " + "; ".join(
@@ -253,10 +246,9 @@ def markdown(report: dict) -> str:
         first = report.get("first_predictions") or []
         if first:
             lines += ["", "The model's first ranking (in-process fit only, before any served measurement):", "",
-                      "| rank | candidate | predicted req/s | p99 ms | mean batch | capacity req/s |",
-                      "|---|---|---|---|---|---|"]
-            lines += [f"| {i} | `{p['key']}` | {_f(p['rate_rps'])} | {_f(p['p99_ms'])} | {_f(p['mean_batch'], 2)} | "
-                      f"{_f(p['capacity_rps'])} |" for i, p in enumerate(first[:10], 1)]
+                      *cli.table(("rank", "candidate", "predicted req/s", "p99 ms", "mean batch", "capacity req/s"),
+                                 [(i, f"`{p['key']}`", _f(p["rate_rps"]), _f(p["p99_ms"]), _f(p["mean_batch"], 2),
+                                   _f(p["capacity_rps"])) for i, p in enumerate(first[:10], 1)])]
         lines.append("")
     comparison = report.get("grid_comparison")
     if comparison:
@@ -360,11 +352,9 @@ def variant_lines(report: dict) -> list:
              f"Chosen: **{report.get('variant')}** (the best capacity at the SLO predicted from each variant's "
              "in-process fit; the default kept unless another beats it by more than 10%: benchmarks/tune/variants.py). Only variants that "
              "passed the build's accuracy gate are candidates.", "",
-             "| variant | accuracy gate | in-process items/s (fewest threads) | predicted req/s at the SLO | at |",
-             "|---|---|---|---|---|"]
-    for name, row in table.items():
-        speed = ", ".join(f"b{b}: {v:.0f}" for b, v in row["items_per_s"].items())
-        mark = " (chosen)" if name == report.get("variant") else ""
-        lines.append(f"| {name}{mark} | {row['gate'] or 'not gated'} | {speed} | "
-                     f"{row['predicted']['rate_rps']:.1f} | {row['predicted']['candidate']} |")
+             *cli.table(("variant", "accuracy gate", "in-process items/s (fewest threads)", "predicted req/s at the SLO",
+                         "at"), [(name + (" (chosen)" if name == report.get("variant") else ""), row["gate"] or "not gated",
+                                  ", ".join(f"b{b}: {v:.0f}" for b, v in row["items_per_s"].items()),
+                                  f"{row['predicted']['rate_rps']:.1f}", row["predicted"]["candidate"])
+                                 for name, row in table.items()])]
     return lines + [""]

@@ -248,7 +248,7 @@ def _delay(result: CandidateResult) -> int:
 def preferred(results: Sequence[CandidateResult], tie_pct: float) -> Optional[CandidateResult]:
     """The capacity winner, unless a candidate within `tie_pct` of it waits less for its batches:
     then the best of those with the shortest delay. Every millisecond counts: at one client a
-    request waits the whole delay (efficientnet_lite0 at delay 2 ms: 2.15 ms of its 13.9 ms p50)."""
+    request waits the whole delay (docs/results.md measures how much of a p50 that is)."""
     best = best_of(results)
     if best is None:
         return None

@@ -29,7 +29,7 @@ NOISE = 2.0
 @pytest.fixture(scope="module")
 def report_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("reports")
-    command = [sys.executable, "-m", "benchmarks.bench", "--model", MODEL, "--smoke", "--stock", "--ceiling",
+    command = [sys.executable, "-m", "benchmarks", "bench", "--model", MODEL, "--smoke", "--stock", "--ceiling",
                "--batch-size", str(BATCH), "--max-batch-delay", "10", "--workers", "1", "--out", str(out)]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=420, check=False)
     assert done.returncode == 0, f"bench exited {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"
@@ -151,7 +151,7 @@ NO_BASELINE = [m for m in MODELS if missing_baseline(Catalogue.load(CATALOGUE).e
 
 @pytest.mark.parametrize("model", NO_BASELINE[:1])
 def test_a_model_without_a_stock_baseline_says_so(model, tmp_path):
-    command = [sys.executable, "-m", "benchmarks.bench", "--model", model, "--smoke", "--stock", "--workers", "1",
+    command = [sys.executable, "-m", "benchmarks", "bench", "--model", model, "--smoke", "--stock", "--workers", "1",
                "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=420, check=False)
     assert done.returncode == 0, f"bench exited {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"

@@ -2,10 +2,11 @@
 
 Each server starts the way docs/operations.md tells a user to, from a folder laid out like the
 repository root (config.properties with its ports moved to free ones, model_store/ beside it), with
-no TS_CONFIG_FILE or LOG_LOCATION in its environment:
+no LOG_LOCATION in its environment and TS_CONFIG_FILE only where said:
 
 - `torchserve --start --model-store model_store` (TorchServe finds ./config.properties, or the
   newest logs/config snapshot);
+- the same with `--ncs` (no snapshots), also with TS_CONFIG_FILE=config.properties in its environment;
 - `torchserve --start --model-store model_store --ts-config config.properties`;
 - a plain restart after the tuner rewrote config.properties (the old snapshot must not win);
 - a plain start of a config without a plan (the fallback must not oversubscribe the cores).
@@ -24,6 +25,7 @@ import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -119,18 +121,27 @@ def planned(config: Path) -> dict[str, int]:
     return {e.name: e.settings.threads for e in ServerConfig.load(config).models if e.settings.threads}
 
 
-def start(folder: Path, command: StartCommand, base: Path) -> TorchServe:
+def start(folder: Path, command: StartCommand, base: Path, env: Optional[dict] = None) -> TorchServe:
     """In `folder`, stopped as a user stops it (`torchserve --stop`, the launcher's way for a folder of
     the caller's): TorchServe writes its shutdown snapshot then, which a plain restart loads."""
-    return TorchServe(MODEL_STORE, base_config=base, command=command, workdir=folder, start_timeout_s=240)
+    return TorchServe(MODEL_STORE, base_config=base, command=command, workdir=folder, start_timeout_s=240, env=env)
 
 
-@pytest.mark.parametrize("command", [StartCommand.PLAIN, StartCommand.TS_CONFIG], ids=["plain", "ts-config"])
-def test_the_plan_holds_as_users_start_torchserve(model_store, repo_root, tmp_path, command):
+# (start command, its environment, how the frontend says it found the file): every way a user starts it.
+STARTS = {
+    "plain": (StartCommand.PLAIN, {}, frontend.FROM_WORKDIR),
+    "plain-ncs": (StartCommand.PLAIN_NCS, {}, frontend.FROM_WORKDIR),
+    "plain-ncs-env": (StartCommand.PLAIN_NCS, {frontend.CONFIG_ENV: "config.properties"}, frontend.FROM_ENV),
+    "ts-config": (StartCommand.TS_CONFIG, {}, frontend.FROM_ARGUMENT),
+}
+
+
+@pytest.mark.parametrize("how_started", list(STARTS))
+def test_the_plan_holds_as_users_start_torchserve(model_store, repo_root, tmp_path, how_started):
+    command, env, how = STARTS[how_started]
     expected = planned(repo_root / "config.properties")
     assert expected, "the shipped config.properties has no thread plan to check"
-    with start(tmp_path, command, repo_root / "config.properties") as ts:
-        how = frontend.FROM_WORKDIR if command is StartCommand.PLAIN else frontend.FROM_ARGUMENT
+    with start(tmp_path, command, repo_root / "config.properties", env) as ts:
         assert_threads(ts, expected, "plan")
         assert how in ts.log_text("model_log.log")
         assert_mix_served(ts)

@@ -48,7 +48,7 @@ def test_security_on_the_shipped_config(shipped):
 def test_short_soak(shipped, soak_report):
     # Half the measured capacity, not the soak command's 70%: a 6 s capacity reading on a 2-core
     # machine that CI may share swings by tens of percent, and this short form checks loss and
-    # growth, not the operating point (`python -m benchmarks.reliability.soak` runs the full 70% soak).
+    # growth, not the operating point (`python -m benchmarks soak` runs the full 70% soak).
     result = soak.soak(shipped, MODEL, SOAK_MINUTES, capacity(shipped, MODEL, seconds=6.0), fraction=0.5,
                        warmup_s=8.0)
     soak.write_report(result, soak_report)

@@ -28,7 +28,7 @@ def tuned(tmp_path_factory, model_store):
     root_before = DEFAULT_CONFIG.read_bytes()
     config = tmp / "config.properties"
     config.write_bytes(root_before)
-    command = [sys.executable, "-m", "benchmarks.tune", "--mix", MIX, "--config", str(config),
+    command = [sys.executable, "-m", "benchmarks", "tune", "--mix", MIX, "--config", str(config),
                "--model-store", str(model_store), "--out", str(tmp / "reports"), "--mix-candidates", "1",
                "--mix-search-requests", "100", "--point-requests", "100", "--max-points", "2", "--mix-window-s", "1",
                "--mix-warmup-s", "1", "--verify-warmup-s", "1",

@@ -28,7 +28,7 @@ TIMEOUT_S = 420
 
 
 def run_tune(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "benchmarks.tune", *args]
+    command = [sys.executable, "-m", "benchmarks", "tune", *args]
     return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 

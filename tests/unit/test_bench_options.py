@@ -3,8 +3,8 @@
 import pytest
 
 from benchmarks.bench.options import FULL_FRACTIONS, LOW_LOAD_FRACTION, config_from, parser
+from benchmarks.load.errors import BenchmarkError
 from build.catalogue import Catalogue
-from serving.errors import BenchmarkError
 from serving.repo import CATALOGUE
 
 pytestmark = pytest.mark.unit

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.load.capacity import RateSettings, find_max_rate
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.loadgen import Payload
 from benchmarks.load.mix import NORMALISED_SLO, Mix, MixPoint, mixed_payloads
 from benchmarks.tune.config_writer import Update
@@ -20,7 +21,6 @@ from benchmarks.tune.mix.search import SearchSettings, bottleneck_order, search
 from benchmarks.tune.mix.writer import rewrite_mix
 from benchmarks.tune.space import Candidate
 from serving import properties
-from serving.errors import BenchmarkError
 from serving.mix_record import MixRecord, ModelShare, read_mix
 from serving.ts_config import ModelSettings, parse_models
 

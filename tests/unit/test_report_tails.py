@@ -85,7 +85,7 @@ def test_the_tune_report_prints_thin_points_as_p90(capsys):
 
 
 def test_generation_ttft_figures_print_p90_and_n():
-    from benchmarks.bench import generation
+    from benchmarks.bench import generation_report as generation
 
     committed = json.loads((REPORTS / "generation-tinylm-20261123-134730" / "report.json").read_text())
     text = generation.markdown(committed)

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from benchmarks.tune.__main__ import parser
+from benchmarks.tune.command import parser
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.options import TuneOptions, record_of
 from serving.repo import REPO_ROOT

@@ -17,11 +17,11 @@ from typing import Optional
 
 import torch
 
+from benchmarks.load.errors import BenchmarkError
 from build.catalogue import Catalogue, ModelEntry
 from build.export import served_settings
 from build.sources import HuggingFaceFolder, PythonSource
 from handlers.families import family_class
-from serving.errors import BenchmarkError
 from serving.repo import CATALOGUE, REPO_ROOT
 
 HERE = Path(__file__).resolve().parent

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from serving.errors import BenchmarkError
+from benchmarks.load.errors import BenchmarkError
 
 HANDLER = Path(__file__).resolve().parent / "handler.py"
 

@@ -1,12 +1,12 @@
-"""`python -m benchmarks.tune --mix ...`: the command line read once into MixOptions."""
+"""`python -m benchmarks tune --mix ...`: the command line read once into MixOptions."""
 
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.load import cli
 from benchmarks.load.capacity import RateSettings
 from benchmarks.load.mix import Mix
 from benchmarks.load.stats import StabilityRule
@@ -21,7 +21,7 @@ _PER_MODEL_ONLY = ("model", "slo_ms", "resume", "grid", "workers", "no_defaults"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("mix (one server for several models: python -m benchmarks.tune --mix ...)")
+    g = parser.add_argument_group("mix (one server for several models: python -m benchmarks tune --mix ...)")
     g.add_argument("--mix", metavar="MODEL=SHARE,...",
                    help="tune the whole server for this traffic mix (e.g. minilm=0.7,efficientnet_lite0=0.3); "
                         "each model keeps its catalogue slo_ms; cores are one budget for all")
@@ -67,6 +67,6 @@ def mix_options(args: argparse.Namespace, parser: argparse.ArgumentParser, catal
     final_point = PointSettings(point_requests=args.point_requests, window_s=args.mix_window_s,
                                 rule=final_rule, warmup_s=args.verify_warmup_s, rates=rates)
     kind = "tune-mix-reproduce" if args.mix_reproduce else "tune-mix"
-    folder = Path(args.out) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = cli.report_folder(args.out, kind)
     return MixOptions(mix, cores, Path(args.config).resolve(), Path(args.model_store).resolve(), folder.resolve(),
                       search, search_point, final_point, not args.no_write, command)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.load import stats
+from benchmarks.load import cli, stats
 from benchmarks.tune.mix.measure import Capacity
 from benchmarks.tune.mix.search import Tried
 from serving.mix_record import MixRecord
@@ -98,21 +98,17 @@ def markdown(content: dict) -> str:
         "",
         "### What each model gets alone (its own tuning, recorded in config.properties before)",
         "",
-        "| model | values alone | capacity alone (req/s) | in the tuned mix |",
-        "|---|---|---|---|",
+        *cli.table(("model", "values alone", "capacity alone (req/s)", "in the tuned mix"), [
+            (name, f"{a['values']['minWorkers']} workers, batch {a['values']['batchSize']}, delay "
+                   f"{a['values']['maxBatchDelay']} ms",
+             "-" if a["recorded_capacity_rps"] is None else f"{a['recorded_capacity_rps']:.1f}",
+             f"{c['workers']} x {c['threads']} thread(s), batch {c['batch_size']}, delay {c['max_batch_delay_ms']} ms")
+            for name, a in content["alone"].items() for c in (content["chosen"][name],)]),
+        "", "## The search (a whole server per candidate, every model loaded)", "",
+        *cli.table(("#", "move", "capacity (req/s)"),
+                   [(i, t["move"], f"{t['capacity']['capacity_rps']:.1f}") for i, t in enumerate(content["search"], 1)]),
+        "", "![capacity and p99 per model](mix.png)", "",
     ]
-    chosen = content["chosen"]
-    for name, alone in content["alone"].items():
-        v, c = alone["values"], chosen[name]
-        cap = alone["recorded_capacity_rps"]
-        lines.append(f"| {name} | {v['minWorkers']} workers, batch {v['batchSize']}, delay {v['maxBatchDelay']} ms | "
-                     f"{'-' if cap is None else f'{cap:.1f}'} | {c['workers']} x {c['threads']} thread(s), batch "
-                     f"{c['batch_size']}, delay {c['max_batch_delay_ms']} ms |")
-    lines += ["", "## The search (a whole server per candidate, every model loaded)", "",
-              "| # | move | capacity (req/s) |", "|---|---|---|"]
-    for i, t in enumerate(content["search"], 1):
-        lines.append(f"| {i} | {t['move']} | {t['capacity']['capacity_rps']:.1f} |")
-    lines += ["", "![capacity and p99 per model](mix.png)", ""]
     return "\n".join(lines)
 
 

@@ -12,25 +12,22 @@ Three servers, each through the launcher (temp dir, free loopback ports, always 
 The figures go to benchmarks/reports/reliability-<time>/ (summary.json, table.txt, soak.png,
 deadlines/).
 
-    python -m benchmarks.reliability [--soak-minutes 1] [--overload-seconds 15] [--deadline-seconds 20]
+    python -m benchmarks reliability [--soak-minutes 1] [--overload-seconds 15] [--deadline-seconds 20]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Optional
 
+from benchmarks.load import cli
 from benchmarks.load.traffic import capacity, say
 from benchmarks.reliability import badinput, deadlines, faults, overload, security, soak
 from benchmarks.reliability.findings import Findings, table
-from build.catalogue import Catalogue
 from serving.errors import LauncherError
 from serving.launcher import TorchServe
-from serving.repo import CATALOGUE, MODEL_STORE, REPORTS
 
 
 def attempt(errors: list[str], name: str, step: Callable):
@@ -105,30 +102,23 @@ def write(findings: Findings, out: Path, keys: Sequence[str]) -> str:
     return "\n".join(summaries) + "\n\n" + "\n".join(c.line() for c in findings.checks) + "\n\n" + text
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--soak-minutes", type=float, default=1.0, help="soak length (python -m benchmarks.reliability.soak "
-                        "--minutes 10 for the long one)")
-    parser.add_argument("--overload-seconds", type=float, default=15.0)
-    parser.add_argument("--job-queue-size", type=int, default=16, help="the overload server's job_queue_size")
-    parser.add_argument("--deadline-seconds", type=float, default=20.0, help="each run of the overload with and "
-                        "without deadlines (0: skip it)")
-    parser.add_argument("--model-store", type=Path, default=MODEL_STORE)
-    parser.add_argument("--model", default=None, help="the soak, kill, overload and broken-archive checks' model "
-                        "(default: the catalogue's first); the corpus goes to every model")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    out = args.out or REPORTS / time.strftime("reliability-%Y%m%d-%H%M%S")
+def main(argv: Sequence[str]) -> int:
+    p = cli.parser("reliability", __doc__.split("\n\n")[0])
+    p.add_argument("--soak-minutes", type=float, default=1.0,
+                   help="soak length (python -m benchmarks soak --minutes 10 for the long one)")
+    p.add_argument("--overload-seconds", type=float, default=15.0)
+    p.add_argument("--deadline-seconds", type=float, default=20.0,
+                   help="each run of the overload with and without deadlines (0: skip it)")
+    cli.add(p, "model_store", "out", job_queue_size={"default": 16, "help": "the overload server's job_queue_size"},
+            model={"help": "the soak, kill, overload and broken-archive checks' model (default: the catalogue's "
+                           "first); the corpus goes to every model"})
+    args = p.parse_args(argv)
+    out = cli.report_folder(args.out, "reliability")
     began = time.monotonic()
-    model = args.model or Catalogue.load(CATALOGUE).names[0]
-    findings, keys = run(args.model_store, out, model, args.soak_minutes, args.overload_seconds, args.job_queue_size,
-                         args.deadline_seconds)
+    findings, keys = run(args.model_store, out, cli.model_or_first(args.model), args.soak_minutes,
+                         args.overload_seconds, args.job_queue_size, args.deadline_seconds)
     print(write(findings, out, keys))
     for problem in findings.problems:
         print(f"  FAIL {problem}")
     print(f"\n{'PASSED' if findings.passed else 'FAILED'} in {time.monotonic() - began:.0f} s; report: {out}")
     return 0 if findings.passed else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

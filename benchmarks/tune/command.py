@@ -1,9 +1,9 @@
 """Tune each model's batchSize, maxBatchDelay and workers (threads follow) into config.properties.
 
-    python -m benchmarks.tune                          # every catalogue model, written to ./config.properties
-    python -m benchmarks.tune --model minilm --slo-ms 40
-    python -m benchmarks.tune --model efficientnet_lite0 --space reduced --grid --no-write
-    python -m benchmarks.tune --resume benchmarks/reports/tune-minilm-20261121-071200
+    python -m benchmarks tune                          # every catalogue model, written to ./config.properties
+    python -m benchmarks tune --model minilm --slo-ms 40
+    python -m benchmarks tune --model efficientnet_lite0 --space reduced --grid --no-write
+    python -m benchmarks tune --resume benchmarks/reports/tune-minilm-20261121-071200
     make tune [MODEL=<name>] [ARGS="..."]
 
 Objective: the highest open-loop (Poisson) throughput whose p99 stays within the model's SLO
@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional
 
+from benchmarks.load import cli
 from benchmarks.load.stats import P99_MIN_SAMPLES
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
@@ -48,54 +47,36 @@ from serving import processes
 from serving.errors import LauncherError
 from serving.repo import (
     CATALOGUE,
-    DEFAULT_CONFIG,
-    MODEL_STORE,
-    REPORTS,
     shown,
 )
 
-# Per model: the full space's search on 2 busy cores fits (a generating model's tune takes ~35 min).
+# Per model: the full space's search on the reference machine fits (docs/tools.md#make-tune).
 DEFAULT_BUDGET_MIN = 60.0
 
 
-def _ints(text: str) -> tuple:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.tune", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", action="append", help="a catalogue model, repeatable (default: all)")
-    p.add_argument("--slo-ms", type=float, help="p99 target (default: the catalogue's slo_ms)")
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="config.properties to write")
-    p.add_argument("--model-store", type=Path, default=MODEL_STORE)
-    p.add_argument("--out", type=Path, default=REPORTS, help="reports folder")
+    p = cli.parser("tune", __doc__.split("\n\n")[0])
+    cli.add(p, "slo_ms", "model_store", "out", model={"action": "append", "help": "a catalogue model, repeatable "
+                                                                                  "(default: all)"})
     p.add_argument("--resume", type=Path, metavar="FOLDER", help="resume an interrupted run (its options are reused)")
     g = p.add_argument_group("space")
-    g.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                   help="where the workers run: cuda tunes for one GPU (the gpu space, unless --space says)")
+    cli.add(g, device={"help": "where the workers run: cuda tunes for one GPU (the gpu space, unless --space says)"},
+            config={"help": "config.properties to write"})
+    # Not the shared --workers (one count): the space's worker counts.
+    g.add_argument("--workers", type=cli.numbers(int), help="e.g. 1,2 (default: 1..cores)")
     g.add_argument("--space", default=None, choices=("full", "gpu", "reduced", "tiny"),
                    help="default: full on cpu, gpu on cuda")
-    g.add_argument("--workers", type=_ints, help="e.g. 1,2 (default: 1..cores)")
-    g.add_argument("--batch-sizes", type=_ints, help="e.g. 1,2,4,8")
-    g.add_argument("--delays", type=_ints, help="max batch delays in ms, e.g. 2,10")
+    g.add_argument("--batch-sizes", type=cli.numbers(int), help="e.g. 1,2,4,8")
+    g.add_argument("--delays", type=cli.numbers(int), help="max batch delays in ms, e.g. 2,10")
     g = p.add_argument_group("search")
-    g.add_argument("--min-gain-pct", type=float, default=3.0, help="stop when the next candidate gains less")
+    cli.add(g, min_gain_pct={"default": 3.0}, max_points={"default": 6})
     g.add_argument("--max-candidates", type=int, default=6)
     g.add_argument("--patience", type=int, default=2, help="stop after this many candidates without gain")
     g.add_argument("--rate-step", type=float, default=1.25, help="rate factor while bracketing the SLO")
     g.add_argument("--rate-resolution", type=float, default=1.06, help="bracket ratio at which a rate search stops")
-    g.add_argument("--max-points", type=int, default=6, help="open-loop points per candidate at most")
     g.add_argument("--fit-seconds", type=float, default=1.5, help="in-process time per (threads, batch size)")
-    g.add_argument("--variant", action="append",
-                   help="a catalogue variant to choose among (repeatable; default: every one that passed the "
-                        "build's accuracy gate): each gets an in-process fit, the best predicted one is searched")
+    cli.add(g, variant={"action": "append", "help":"a catalogue variant to choose among (repeatable; default: every one that passed the "
+                        "build's accuracy gate): each gets an in-process fit, the best predicted one is searched"})
     g.add_argument("--tie-pct", type=float, default=10.0,
                    help="prefer a shorter batch delay whose capacity is within this %% of the best (low-load latency); "
                         "0: capacity alone")
@@ -104,21 +85,14 @@ def parser() -> argparse.ArgumentParser:
                         f"TTFT p99, which needs {P99_MIN_SAMPLES:,}")
     g.add_argument("--grid", action="store_true", help="also measure every candidate (model-free), to compare")
     g = p.add_argument_group("load (one open-loop point)")
-    g.add_argument("--window-s", type=float, default=2.0)
-    g.add_argument("--max-windows", type=int, default=4, help="measured windows per point at most")
-    g.add_argument("--stable-windows", type=int, default=3)
-    g.add_argument("--stability-pct", type=float, default=15.0)
-    g.add_argument("--warmup-s", type=float, default=3.0, help="unmeasured load after each server start")
-    g.add_argument("--connections", type=int, default=64)
-    g.add_argument("--point-requests", type=int, default=2000,
-                   help="arrivals per point at least, over its measured windows (windows lengthen at low rates)")
-    g.add_argument("--wait-quiet", type=float, metavar="SECONDS",
-                   help="shared machines: before the fit and each server start, wait up to this long for no other "
-                        "TorchServe and CPU under 20%%, and repeat points other processes disturbed (also with "
-                        "--resume; default: no waiting)")
-    g.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
-                   help="time budget of each model's search, minutes: a candidate that would not end within it is "
-                        "not measured, the best measured is written and verified (0: no budget; default: %(default)s)")
+    cli.add(g, "stable_windows", "connections", window_s={"default": 2.0}, max_windows={"default": 4},
+            stability_pct={"default": 15.0}, warmup_s={"default": 3.0}, point_requests={"default": 2000},
+            wait_quiet={"help": "shared machines: before the fit and each server start, wait up to this long for no "
+                                "other TorchServe and CPU under 20%%, and repeat points other processes disturbed "
+                                "(also with --resume; default: no waiting)"},
+            budget_min={"default": DEFAULT_BUDGET_MIN,
+                        "help": "time budget of each model's search, minutes: a candidate that would not end within "
+                                "it is not measured, the best measured is written and verified (0: no budget)"})
     g = p.add_argument_group("steps")
     g.add_argument("--no-defaults", action="store_true", help="skip measuring TorchServe's defaults")
     g.add_argument("--no-write", action="store_true", help="leave config.properties alone")
@@ -140,7 +114,7 @@ def budget_s(args: argparse.Namespace) -> Optional[float]:
 
 def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> list[TuneOptions]:
     """One TuneOptions per model to tune: from the command line, or from a checkpoint to resume."""
-    command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
+    command = cli.command_line("tune", argv)
     if args.resume:
         folder = Path(args.resume).resolve()
         path = folder / "checkpoint.json"
@@ -153,26 +127,22 @@ def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> list[TuneOptions
         Checkpoint(path, record)  # validates the file
         return [TuneOptions.from_record(record, folder, args.wait_quiet or 0.0, command, budget_s(args))]
     catalogue = Catalogue.load(CATALOGUE)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = []
     for model in args.model or list(catalogue.names):
         entry = catalogue.entry(model)
         record = record_of(vars(args), model, args.slo_ms or entry.slo_ms, usable_cores())
-        folder = Path(args.out) / f"tune-{model}-{stamp}"
+        folder = cli.report_folder(args.out, "tune", model)
         runs.append(TuneOptions.from_record(record, folder, args.wait_quiet or 0.0, command, budget_s(args)))
     return runs
 
 
 def progress_for(model: str) -> Callable[[str], None]:
-    def progress(line: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} [tune {model}] {line}", file=sys.stderr, flush=True)
-    return progress
+    return cli.progress(f"tune {model}")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str]) -> int:
     # SIGTERM unwinds like Ctrl-C: every server is stopped and the checkpoint is already on disk.
     processes.sigterm_as_interrupt()
-    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     if args.mix:
         return main_mix(args, argv)
@@ -183,16 +153,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             status = max(status, main_generation(model, args, argv))
         if not args.model:
             return status
-    try:
-        runs = runs_from(args, argv)
-    except (LauncherError, BuildError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    runs = runs_from(args, argv)
     for options in runs:
         try:
             status = max(status, tune_model(options, progress_for(options.model)))
         except KeyboardInterrupt:
-            print(f"\ninterrupted: resume with  .venv/bin/python -m benchmarks.tune --resume {shown(options.folder)}",
+            print(f"\ninterrupted: resume with  .venv/bin/python -m benchmarks tune --resume {shown(options.folder)}",
                   file=sys.stderr)
             return 130
         except (LauncherError, BuildError) as exc:  # tuner, launcher, benchmark, config, build errors
@@ -213,31 +179,13 @@ def main_generation(model: str, args: argparse.Namespace, argv: Sequence[str]) -
     """A generating model: its own search (benchmarks/tune/generation.py), tokens/s under a TTFT SLO."""
     from benchmarks.tune import generation
 
-    command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
+    command = cli.command_line("tune", argv)
     slo = args.slo_ms or Catalogue.load(CATALOGUE).entry(model).slo_ms
-    try:
-        return generation.tune(model, slo, args.model_store, args.config, args.out, usable_cores(), not args.no_write,
-                               args.ttft_samples, command, progress_for(model), budget_s(args))
-    except KeyboardInterrupt:
-        print("\ninterrupted: every server was stopped", file=sys.stderr)
-        return 130
-    except (LauncherError, BuildError) as exc:
-        print(f"error [{model}]: {exc}", file=sys.stderr)
-        return 2
+    return generation.tune(model, slo, args.model_store, args.config, args.out, usable_cores(), not args.no_write,
+                           args.ttft_samples, command, progress_for(model), budget_s(args))
 
 
 def main_mix(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    command = shlex.join([".venv/bin/python", "-m", "benchmarks.tune", *argv])
-    try:
-        options = mix_cli.mix_options(args, parser(), Catalogue.load(CATALOGUE), usable_cores(), command)
-        return (reproduce if args.mix_reproduce else tune_mix)(options, progress_for("mix"))
-    except KeyboardInterrupt:
-        print("\ninterrupted: every server was stopped; config.properties is written only at the end", file=sys.stderr)
-        return 130
-    except (LauncherError, BuildError) as exc:  # tuner, launcher, benchmark, config, build errors
-        print(f"error [mix]: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    """A traffic mix: config.properties is written only at the end, so an interrupted run leaves it as it was."""
+    options = mix_cli.mix_options(args, parser(), Catalogue.load(CATALOGUE), usable_cores(), cli.command_line("tune", argv))
+    return (reproduce if args.mix_reproduce else tune_mix)(options, progress_for("mix"))

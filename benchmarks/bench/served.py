@@ -1,8 +1,8 @@
 """Benchmark one model on a real TorchServe: how fast is it served, and how far from its limit?
 
-    python -m benchmarks.bench --model <name>                  # minutes: the figures asked first
-    python -m benchmarks.bench --model <name> --stock --ceiling   # + the references, same run
-    python -m benchmarks.bench --model <name> --full           # the long form: sweep, fractions, both references
+    python -m benchmarks bench --model <name>                  # minutes: the figures asked first
+    python -m benchmarks bench --model <name> --stock --ceiling   # + the references, same run
+    python -m benchmarks bench --model <name> --full           # the long form: sweep, fractions, both references
     make bench MODEL=<name> ARGS="--full"
 
 A model whose family generates text (causal_lm) is measured by benchmarks/bench/generation.py:
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -35,10 +34,10 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.bench.options import BenchConfig, config_from, parser
+from benchmarks.load import cli
 from benchmarks.load.budget import Budget
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.runner import ServerRun
-from build.errors import BuildError
-from serving.errors import BenchmarkError, LauncherError
 from serving.launcher import TorchServe
 from serving.repo import (
     CATALOGUE,
@@ -58,8 +57,7 @@ START_FRACTION = 0.5
 
 
 # -- steps ------------------------------------------------------------------------------------
-def progress(line: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
+progress = cli.progress()
 
 
 def our_store(cfg: BenchConfig, tmp: Path) -> Path:
@@ -227,32 +225,19 @@ def generating_model(argv: Sequence[str]) -> Optional[str]:
     from build.catalogue import Catalogue
 
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--model")
+    cli.add(pre, "model")
     model = pre.parse_known_args(argv)[0].model
     return model if model in Catalogue.load(CATALOGUE).names_of(generating=True) else None
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def main(argv: Sequence[str]) -> int:
     if generating_model(argv):
         from benchmarks.bench import generation
 
         return generation.main(argv)
     args = parser().parse_args(argv)
-    try:
-        cfg = config_from(args, argv)
-        folder = run(cfg)
-    except KeyboardInterrupt:
-        progress("interrupted: servers stopped")
-        return 130
-    except (LauncherError, BenchmarkError, BuildError) as err:
-        progress(f"error: {err}")
-        return 2
+    folder = run(config_from(args, argv))
     summary = json.loads((folder / "report.json").read_text())["summary"]
     print("\n".join(summary["sentences"]))
     print(f"report: {folder}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
