@@ -10,6 +10,8 @@
   the serving device before the first call.
 - `GpuTimer`: CUDA events around the forward, read once post-processing has synchronised anyway,
   so a stage's GPU time is counted where it belongs without a synchronisation of its own.
+- `MemoryGuard`: a forward pass that runs out of GPU memory fails its own batch (507), never the
+  worker; later batches run in smaller pieces. `warm_up` stops at the first size that does not fit.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from handlers.errors import ConfigError
+from handlers.errors import ConfigError, OutOfMemory
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,9 @@ def place(gpu_id: Optional[int], wanted: str, cuda_available: Optional[Callable[
         return _fallback(f"TorchServe gave this worker gpu_id {gpu_id}, but torch {torch.__version__} cannot use CUDA "
                          f"({'a CPU build' if torch.version.cuda is None else 'no usable driver or device'}): install "
                          "a CUDA build of torch (make venv TORCH=cuda), or build the archive with runtime.device: cpu")
+    # The current device is what CUDA-graph capture, CUDA events, new streams and ONNX Runtime use
+    # when no index is given; without this every worker would also open a context on GPU 0.
+    torch.cuda.set_device(gpu_id)
     return Placement(torch.device("cuda", gpu_id), f"gpu_id {gpu_id}")
 
 
@@ -161,10 +166,20 @@ class GpuTimer:
         return self.start.elapsed_time(self.end) if self.enabled else None
 
 
+def nvml_errors() -> tuple[type[BaseException], ...]:
+    """What NVML raises through torch.cuda.utilization: pynvml.NVMLError is not a RuntimeError."""
+    try:
+        from pynvml import NVMLError
+    except ModuleNotFoundError:
+        return ()
+    return (NVMLError,)
+
+
 class GpuGauges:
     """Per batch: allocated, reserved and peak allocated MiB on the device (the caching allocator's
-    own counters: no synchronisation); at most once a second, the GPU's utilisation from NVML
-    (nvidia-ml-py, in the CUDA lock; absent, the gauge is left out)."""
+    own counters: no synchronisation; the peak is the batch window's, reset after each read); at
+    most once a second, the GPU's utilisation from NVML (nvidia-ml-py, in the CUDA lock; absent or
+    refusing, the gauge is left out: reading the gauges never fails a batch)."""
 
     UTILISATION_EVERY_S = 1.0
 
@@ -182,27 +197,95 @@ class GpuGauges:
         gauges = {"GPUMemoryAllocatedMiB": torch.cuda.memory_allocated(self.device) / mib,
                   "GPUMemoryReservedMiB": torch.cuda.memory_reserved(self.device) / mib,
                   "GPUMemoryPeakMiB": torch.cuda.max_memory_allocated(self.device) / mib}
+        torch.cuda.reset_peak_memory_stats(self.device)  # the next read's peak is the next window's
         now = time.monotonic()
         if now - self.read_at >= self.UTILISATION_EVERY_S:
             self.read_at = now
             try:
                 self.utilisation = float(torch.cuda.utilization(self.device))
-            except (ModuleNotFoundError, RuntimeError):  # no NVML bindings, or NVML refused (a MIG slice)
+            except (ModuleNotFoundError, RuntimeError, *nvml_errors()):  # no NVML, or it refused (a MIG slice)
                 self.utilisation = None
         if self.utilisation is not None:
             gauges["GPUUtilizationPercent"] = self.utilisation
         return gauges
 
 
-def check_onnx_provider(device: torch.device) -> str:
-    """The ONNX Runtime execution provider for the device, or a ConfigError naming the fix."""
+def check_onnx_provider(device: torch.device):
+    """The ONNX Runtime execution provider for the device (on a GPU, with its device_id), or a
+    ConfigError naming the fix."""
     if device.type == "cpu":
         return "CPUExecutionProvider"
     import onnxruntime
 
     if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
-        return "CUDAExecutionProvider"
+        return ("CUDAExecutionProvider", {"device_id": device.index or 0})
     raise ConfigError(f"runtime.graph: onnx on {device} needs ONNX Runtime's CUDA provider, and the installed "
                       f"onnxruntime has {onnxruntime.get_available_providers()}: install onnxruntime-gpu in place of "
                       "onnxruntime, or serve a torchscript or eager variant on the GPU (the build gives ONNX "
                       "archives deviceType: cpu unless runtime.device says gpu)")
+
+
+# ---- running out of GPU memory ---------------------------------------------------------------
+def out_of_memory(err: BaseException) -> bool:
+    """A CUDA allocation that failed (torch's own error, or the RuntimeError older paths raise)."""
+    return isinstance(err, torch.cuda.OutOfMemoryError) or (
+        isinstance(err, RuntimeError) and "CUDA out of memory" in str(err))
+
+
+class MemoryGuard:
+    """`module(*tensors)` for a batch-first module on a GPU. A forward pass that runs out of memory
+    raises OutOfMemory (its batch's 507: the caching allocator's free blocks are released, the worker
+    lives) and halves `max_rows`; from then on a batch larger than `max_rows` runs in pieces of that
+    many rows (the pieces' outputs concatenated), so the next batch is served at a size that fits."""
+
+    def __init__(self, module, device: torch.device, max_rows: int) -> None:
+        self.module = module
+        self.device = device
+        self.max_rows = max(1, max_rows)
+
+    def __call__(self, *tensors: torch.Tensor):
+        rows = tensors[0].shape[0]
+        try:
+            if rows <= self.max_rows:
+                return self.module(*tensors)
+            pieces = [self.module(*(t[start:start + self.max_rows] for t in tensors))
+                      for start in range(0, rows, self.max_rows)]
+            return torch.cat(pieces) if isinstance(pieces[0], torch.Tensor) else \
+                type(pieces[0])(torch.cat(parts) for parts in zip(*pieces))
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as err:
+            if not out_of_memory(err):
+                raise
+            self.max_rows = max(1, min(rows, self.max_rows) // 2)
+            torch.cuda.empty_cache()
+            log.warning("out of GPU memory on a batch of %d rows: it is answered 507; batches now run in pieces "
+                        "of at most %d rows", rows, self.max_rows)
+            raise OutOfMemory(f"the GPU ran out of memory on this batch of {rows}; later batches run in pieces "
+                              f"of {self.max_rows} (retry)") from None
+
+    def seal(self) -> None:
+        if hasattr(self.module, "seal"):
+            self.module.seal()
+
+    def eval(self) -> MemoryGuard:
+        return self
+
+    def parameters(self):
+        return self.module.parameters()
+
+
+def warm_up(forward: Callable[[int], object], batch_sizes: Sequence[int]) -> None:
+    """One forward pass per batch size, smallest first; a size that runs out of GPU memory ends the
+    warm-up there (logged) instead of stopping the worker: MemoryGuard has already made later
+    batches run in pieces that fit."""
+    for size in sorted(batch_sizes):
+        try:
+            forward(size)
+        except OutOfMemory as err:
+            log.warning("warm-up stopped at batch %d: %s", size, err)
+            return
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as err:
+            if not out_of_memory(err):
+                raise
+            torch.cuda.empty_cache()
+            log.warning("warm-up stopped at batch %d: the GPU ran out of memory", size)
+            return

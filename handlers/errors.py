@@ -49,6 +49,13 @@ class ConfigError(HandlerError):
     kind = "ConfigError"
 
 
+class OutOfMemory(HandlerError):
+    """The device ran out of memory on this batch: its requests get a 507, the worker lives."""
+
+    status = 507
+    kind = "InsufficientStorage"
+
+
 class DeadlineExceeded(HandlerError):
     """The request's deadline passed before the model ran: that request alone gets a 504, not computed."""
 

@@ -41,8 +41,11 @@ class OnnxModule:
         return self
 
 
-def load_onnx(path: Path, threads: int, provider: str = "CPUExecutionProvider") -> OnnxModule:
-    """`provider`: CUDAExecutionProvider on a GPU (onnxruntime-gpu; handlers/device.py checks it)."""
+def load_onnx(path: Path, threads: int, provider="CPUExecutionProvider") -> OnnxModule:
+    """`provider`: a name, or (name, options): ("CUDAExecutionProvider", {"device_id": n}) on a GPU
+    (onnxruntime-gpu; handlers/device.py checks it). A session that asked for a GPU and came up on the
+    CPU provider alone (ONNX Runtime falls back silently when the CUDA libraries do not load) is a
+    ConfigError: the worker would otherwise serve from the CPU while placed on a GPU."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -52,6 +55,13 @@ def load_onnx(path: Path, threads: int, provider: str = "CPUExecutionProvider") 
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Spinning threads burn the cores the worker's neighbours were planned on between batches.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
+    wanted = provider if isinstance(provider, str) else provider[0]
+    providers = [provider] if wanted == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
     session = ort.InferenceSession(str(path), options, providers=providers)
+    running = session.get_providers()
+    if running[:1] != [wanted]:
+        raise ConfigError(f"runtime.graph: onnx asked ONNX Runtime for {wanted} and the session runs on {running} "
+                          "(its CUDA libraries did not load: see the worker log's onnxruntime lines; install the "
+                          "CUDA and cuDNN versions onnxruntime-gpu was built for, or serve a torchscript or eager "
+                          "variant on the GPU)")
     return OnnxModule(session)

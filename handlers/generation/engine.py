@@ -4,6 +4,11 @@ their rows. The same engine serves TorchServe (serving.py), the in-process bench
 
 Works with any Hugging Face causal LM that takes `attention_mask`, `position_ids` and a
 `DynamicCache` (GPT-2, Llama, Qwen, ...).
+
+With a KV-cache budget (`kv_budget_bytes`), admission is where memory is refused: a sequence is
+admitted only if the batch's cache, every sequence at its longest (prompt + max_new_tokens), stays
+within the budget, so a running sequence never runs the cache out of memory; one that could not fit
+even alone is refused when it is made (OutOfMemory, 507).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Optional
 import torch
 
 from handlers import runtime
+from handlers.errors import OutOfMemory
 from handlers.generation.drafting import Drafter
 from handlers.generation.kv_batch import KVBatch
 from handlers.generation.params import GenerationRequest
@@ -57,13 +63,15 @@ class Engine:
     def __init__(self, lm: torch.nn.Module, decode: Callable[[Sequence[int]], str], eos_id: int | Sequence[int],
                  max_positions: int, autocast_dtype: Optional[torch.dtype] = None, drafter: Optional[Drafter] = None,
                  speculate_max_batch: int = 2, max_draft_tokens: int = 8,
-                 prefix_cache: Optional[PrefixCache] = None, device: Optional[torch.device] = None) -> None:
+                 prefix_cache: Optional[PrefixCache] = None, device: Optional[torch.device] = None,
+                 kv_budget_bytes: int = 0) -> None:
         """`eos_id`: the end-of-text id, or several (any of them ends a sequence; the first pads).
         `drafter`: speculative decoding (drafting.py) for greedy sequences, while the batch holds
         at most `speculate_max_batch` of them. `prefix_cache`: prompts reuse cached prefixes.
         `device`: where the LM's weights are (default: where its first parameter is); every token id,
-        mask and position is made there."""
+        mask and position is made there. `kv_budget_bytes`: the most the KV cache may take (0: no limit)."""
         self.lm = lm
+        self.kv_budget_bytes = kv_budget_bytes
         self.drafter = drafter
         self.prefix_cache = prefix_cache
         self.speculate_max_batch = speculate_max_batch
@@ -80,14 +88,50 @@ class Engine:
 
     # ---- the batch -----------------------------------------------------------------------
     def new_sequence(self, key: str, request: GenerationRequest) -> Generation:
+        """The request's sequence; OutOfMemory when its cache alone would be over the KV budget."""
+        if self.kv_budget_bytes and self._longest(request) * self.kv_bytes_per_token > self.kv_budget_bytes:
+            raise OutOfMemory(f"this request's KV cache ({self._longest(request)} tokens) would be over the worker's "
+                              f"budget of {self.kv_budget_bytes / 2**20:.0f} MiB: ask for fewer tokens")
         return Generation(key, request, TextStream(self.decode, request.stop), new_generator(request))
 
-    def admit(self, sequences: Sequence[Generation]) -> None:
+    # ---- the KV-cache budget -------------------------------------------------------------
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Keys and values of one token in every layer, at the dtype the cache holds."""
+        config = self.lm.config
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        dtype = self.autocast_dtype or next(self.lm.parameters()).dtype
+        return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+
+    def _longest(self, request: GenerationRequest) -> int:
+        return min(len(request.prompt_ids) + request.max_new_tokens, self.max_positions)
+
+    def room(self, waiting: Sequence[Generation]) -> int:
+        """How many of `waiting`, in order, fit beside the running sequences in the KV budget: the
+        cache is one left-padded block, rows x the longest row, every row at its longest."""
+        if not self.kv_budget_bytes:
+            return len(waiting)
+        rows = [self._longest(s.request) for s in self.running]
+        fits = 0
+        for seq in waiting:
+            rows.append(self._longest(seq.request))
+            if len(rows) * max(rows) * self.kv_bytes_per_token > self.kv_budget_bytes and (fits or self.running):
+                break
+            fits += 1
+        return fits
+
+    def admit(self, sequences: Sequence[Generation]) -> list[Generation]:
         """Prefill the new sequences and choose each one's first token; they join the running batch
         (unless already finished) and advance with it from the next step on. Prompts without a
-        cached prefix are prefilled together; one with a cached prefix reads only the rest."""
+        cached prefix are prefilled together; one with a cached prefix reads only the rest. Only as
+        many as fit in the KV budget (`room`) are admitted: the others are returned, untouched, to
+        wait for running sequences to end."""
+        admitted = self.room(sequences)
+        sequences, deferred = list(sequences[:admitted]), list(sequences[admitted:])
         if not sequences:
-            return
+            return deferred
         found = [self.prefix_cache.lookup(s.request.prompt_ids) if self.prefix_cache else None for s in sequences]
         whole = [seq for seq, hit in zip(sequences, found) if hit is None]
         ordered, logits, rows = [], [], []
@@ -112,6 +156,7 @@ class Engine:
             joined = fresh.kept(alive)
             self.kv = joined if self.kv is None else self.kv.merged(joined)
         self.running.extend(ordered[row] for row in alive)
+        return deferred
 
     def _prefill(self, sequences: list[Generation]) -> tuple[torch.Tensor, KVBatch]:
         width = max(len(s.request.prompt_ids) for s in sequences)
@@ -261,11 +306,15 @@ class Engine:
                  on_step: Optional[Callable[[list[Generation]], None]] = None) -> dict[str, Generation]:
         """Run these requests to the end together; `on_step` sees the sequences each step moved."""
         sequences = [self.new_sequence(key, request) for key, request in requests]
-        self.admit(sequences)
+        waiting = self.admit(sequences)
         if on_step is not None:
-            on_step(sequences)
-        while self.running:
+            on_step(sequences[:len(sequences) - len(waiting)])
+        while self.running or waiting:
             moved = self.step()
+            if waiting and self.room(waiting):  # room freed by sequences that ended: the next ones start
+                started = waiting[:self.room(waiting)]
+                waiting = self.admit(waiting)
+                moved = [*moved, *started]
             if on_step is not None:
                 on_step(moved)
         return {seq.key: seq for seq in sequences}

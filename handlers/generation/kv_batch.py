@@ -36,9 +36,10 @@ class KVBatch:
 
     @classmethod
     def from_prefill(cls, layers: Sequence[Layer], mask: torch.Tensor) -> KVBatch:
-        """Padding positions zeroed: masked out of attention, they must not carry NaN or inf either."""
-        keep = mask[:, None, :, None].to(layers[0][0].dtype)
-        return cls([(k * keep, v * keep) for k, v in layers], mask)
+        """Padding positions zeroed: masked out of attention, they must not carry NaN or inf either
+        (set, not multiplied: NaN x 0 is NaN)."""
+        padding = mask[:, None, :, None] == 0
+        return cls([(k.masked_fill(padding, 0.0), v.masked_fill(padding, 0.0)) for k, v in layers], mask)
 
     def extended(self, layers: Sequence[Layer]) -> KVBatch:
         """After a decoding step: the model's layers (one column longer), every row real there."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from handlers import device
-from handlers.errors import ConfigError
+from handlers.errors import ConfigError, OutOfMemory
 from handlers.stage_metrics import StageClock, attribute_gpu_time
 from serving.fake_context import FakeMetrics
 
@@ -33,10 +33,15 @@ def no():
     (0, "auto", no, "cpu", True),  # handed a GPU, torch cannot use it
     (None, "gpu", yes, "cpu", True),  # a GPU archive on a host whose TorchServe hands out none
 ])
-def test_placement(gpu_id, wanted, cuda, where, fallback, caplog):
+def test_placement(gpu_id, wanted, cuda, where, fallback, caplog, monkeypatch):
+    current = []
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
     with caplog.at_level(logging.WARNING, logger="handlers.device"):
         placed = device.place(gpu_id, wanted, cuda)
     assert str(placed.device) == where and placed.fallback is fallback
+    # On a GPU the worker's device becomes CUDA's current one: graphs, events, streams and ONNX
+    # Runtime use it, and no context is opened on GPU 0 by a worker placed elsewhere.
+    assert current == ([gpu_id] if where.startswith("cuda") else [])
     assert ("RUNNING ON THE CPU" in caplog.text) is fallback
     if fallback:
         assert placed.reason.startswith("FALLBACK to cpu")
@@ -150,3 +155,103 @@ def test_gpu_gauges_read_memory_per_batch_and_utilisation_at_most_once_a_second(
         monkeypatch.setattr(torch.cuda, "utilization", lambda d=None: (_ for _ in ()).throw(ModuleNotFoundError("pynvml")))
         gauges = device.GpuGauges(torch.device("cuda", 0))
         assert "GPUUtilizationPercent" not in gauges.read()  # no NVML bindings: left out, never an error
+
+
+
+class FakeNVMLError(Exception):
+    """pynvml.NVMLError: an Exception, not a RuntimeError."""
+
+
+def test_an_nvml_error_leaves_the_gauge_out_and_never_fails_the_batch(monkeypatch):
+    import sys
+    import types
+
+    from tests.device_audit import virtual_cuda
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(NVMLError=FakeNVMLError))
+    with virtual_cuda():
+        monkeypatch.setattr(torch.cuda, "utilization", lambda d=None: (_ for _ in ()).throw(FakeNVMLError("GPU is lost")))
+        gauges = device.GpuGauges(torch.device("cuda", 0)).read()
+    assert "GPUUtilizationPercent" not in gauges and "GPUMemoryPeakMiB" in gauges
+
+
+def test_the_peak_memory_gauge_is_the_batch_windows(monkeypatch):
+    from tests.device_audit import virtual_cuda
+
+    with virtual_cuda():
+        peak = [300 * 2**20]
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: peak[0])
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: peak.__setitem__(0, 10 * 2**20))
+        monkeypatch.setattr(torch.cuda, "utilization", lambda d=None: 0)
+        gauges = device.GpuGauges(torch.device("cuda", 0))
+        assert [gauges.read()["GPUMemoryPeakMiB"] for _ in range(2)] == [300.0, 10.0]
+
+
+def test_onnx_on_a_gpu_names_its_device_and_a_silent_cpu_fallback_is_refused(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from handlers.onnx_session import load_onnx
+
+    made = []
+
+    class Session:
+        def __init__(self, path, options, providers):
+            made.append(providers)
+
+        def get_providers(self):
+            return ["CPUExecutionProvider"]  # the CUDA libraries did not load: ONNX Runtime says nothing
+
+    class Options:
+        def add_session_config_entry(self, *a):
+            pass
+
+    fake = types.SimpleNamespace(get_available_providers=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"],
+                                 SessionOptions=Options, InferenceSession=Session,
+                                 ExecutionMode=types.SimpleNamespace(ORT_SEQUENTIAL=0),
+                                 GraphOptimizationLevel=types.SimpleNamespace(ORT_ENABLE_ALL=99))
+    monkeypatch.setitem(sys.modules, "onnxruntime", fake)
+    provider = device.check_onnx_provider(torch.device("cuda", 1))
+    assert provider == ("CUDAExecutionProvider", {"device_id": 1})
+    with pytest.raises(ConfigError, match="runs on \\['CPUExecutionProvider'\\]"):
+        load_onnx(tmp_path / "m.onnx", 1, provider)
+    assert made == [[("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"]]
+
+
+class RunsOutAbove(torch.nn.Module):
+    """A model whose device has room for `rows` rows at a time."""
+
+    def __init__(self, rows: int) -> None:
+        super().__init__()
+        self.rows, self.seen = rows, []
+
+    def forward(self, x):
+        self.seen.append(x.shape[0])
+        if x.shape[0] > self.rows:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return x * 2
+
+
+def test_an_out_of_memory_batch_is_its_own_507_and_the_next_runs_in_pieces():
+    inner = RunsOutAbove(4)
+    guarded = device.MemoryGuard(inner, torch.device("cuda", 0), max_rows=16)
+    with pytest.raises(OutOfMemory) as failed:
+        guarded(torch.ones(16, 3))
+    assert failed.value.status == 507 and guarded.max_rows == 8
+    with pytest.raises(OutOfMemory):  # pieces of 8 still too large: halved again
+        guarded(torch.ones(16, 3))
+    out = guarded(torch.arange(16.0).reshape(16, 1))  # now pieces of 4: served
+    assert out.flatten().tolist() == [2.0 * i for i in range(16)] and inner.seen[-4:] == [4, 4, 4, 4]
+    with pytest.raises(ValueError):  # anything else is not memory: raised as it is
+        device.MemoryGuard(lambda x: (_ for _ in ()).throw(ValueError("bad")), torch.device("cuda", 0), 4)(
+            torch.ones(2))
+
+
+def test_an_out_of_memory_warm_up_stops_there_and_the_worker_lives(caplog):
+    inner = RunsOutAbove(4)
+    guarded = device.MemoryGuard(inner, torch.device("cuda", 0), max_rows=16)
+    with caplog.at_level(logging.WARNING, logger="handlers.device"):
+        device.warm_up(lambda size: guarded(torch.ones(size, 1)), (1, 2, 4, 8, 16))
+    assert inner.seen == [1, 2, 4, 8] and guarded.max_rows == 4 and "warm-up stopped at batch 8" in caplog.text
+    with pytest.raises(RuntimeError, match="not memory"):
+        device.warm_up(lambda size: (_ for _ in ()).throw(RuntimeError("not memory")), (1,))
