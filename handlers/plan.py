@@ -84,13 +84,30 @@ def _workers(entry: Optional[dict], default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
 
 
-def _default_workers(props: Mapping[str, str]) -> int:
-    """TorchServe's default_workers_per_model: the setting, else one per CPU (no GPU here)."""
+def visible_gpus() -> int:
+    """The GPUs this host's workers can see (0 without a CUDA build of torch or a device)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _default_workers(props: Mapping[str, str], gpus: Optional[int] = None) -> int:
+    """TorchServe 0.12's default_workers_per_model (ConfigManager.getDefaultWorkers): the setting,
+    else one per GPU (number_of_gpu, which the frontend caps at the GPUs it finds), else one per
+    CPU. Its workers take gpu_id round robin over those GPUs (WorkLoadManager.addThreads)."""
+    configured = _int(props.get("default_workers_per_model"))
+    if configured > 0:
+        return configured
+    found = visible_gpus() if gpus is None else gpus
+    asked = _int(props.get("number_of_gpu"), default=found)
+    return min(found, asked) if min(found, asked) > 0 else (os.cpu_count() or 1)
+
+
+def _int(value: Optional[str], default: int = 0) -> int:
     try:
-        configured = int(props.get("default_workers_per_model", "0") or 0)
+        return int(value) if value not in (None, "") else default
     except ValueError:
-        configured = 0
-    return configured if configured > 0 else (os.cpu_count() or 1)
+        return default
 
 
 def loaded_workers(source: ConfigSource, model: str, own_workers: Optional[int] = None) -> LoadedWorkers:

@@ -48,9 +48,12 @@ def sample_one(logits: torch.Tensor, request: GenerationRequest, generator: torc
 
 def next_tokens(logits: torch.Tensor, requests: Sequence[GenerationRequest],
                 generators: Sequence[Optional[torch.Generator]]) -> list[int]:
-    """(batch, vocab) logits -> one token per row."""
+    """(batch, vocab) logits -> one token per row. On a GPU: one copy to the host for the argmax
+    of every row and one for all the sampled rows' logits, not one per sequence."""
     chosen = logits.argmax(dim=-1).tolist()
-    for row, (request, generator) in enumerate(zip(requests, generators)):
-        if not request.greedy:
-            chosen[row] = sample_one(logits[row], request, generator)
+    sampled = [row for row, request in enumerate(requests) if not request.greedy]
+    if sampled:
+        host = logits[sampled].double().cpu()
+        for at, row in enumerate(sampled):
+            chosen[row] = sample_one(host[at], requests[row], generators[row])
     return chosen

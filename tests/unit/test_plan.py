@@ -205,3 +205,18 @@ def test_a_snapshot_that_matches_config_properties_is_quiet(tmp_path):
     source = locate(a_frontend(tmp_path))
     assert source.is_snapshot and plan.snapshot_warning(source) is None
     assert plan.snapshot_warning(locate(a_frontend(tmp_path, args=("-ncs",)))) is None
+
+
+@pytest.mark.parametrize("extra, gpus, per_model", [
+    ("", 13, 13),  # TorchServe: one worker per GPU when default_workers_per_model is unset
+    ("number_of_gpu=1\n", 13, 1),  # number_of_gpu caps the GPUs it uses
+    ("number_of_gpu=0\n", 13, None),  # no GPU: one per CPU
+    ("", 0, None),
+    ("default_workers_per_model=3\n", 13, 3),  # the setting wins
+])
+def test_default_workers_follow_torchserve_on_a_gpu_host(tmp_path, extra, gpus, per_model, monkeypatch):
+    import os
+
+    monkeypatch.setattr(plan, "visible_gpus", lambda: gpus)
+    source = source_of(tmp_path, extra=extra + "load_models=other=o.mar\n")
+    assert plan.loaded_workers(source, "other").per_model["other"] == (per_model or os.cpu_count())
