@@ -137,11 +137,11 @@ def report_folder(out: Path, *parts: str, when: Optional[str] = None) -> Path:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence[str] = ()) -> list[str]:
     """A markdown table's lines; a cell of None is empty; `align`: a column's rule ("---:" to the right)."""
+    def line(cells) -> str:
+        return "|" + "|".join(f" {c} " if c not in (None, "") else " " for c in cells) + "|"
+
     rules = [align[i] if i < len(align) else "---" for i in range(len(header))]
-    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "".join(f"{r}|" for r in rules)]
-    for row in rows:
-        lines.append("| " + " | ".join("" if c is None else str(c) for c in row) + " |")
-    return lines
+    return [line(header), "|" + "".join(f"{r}|" for r in rules), *map(line, rows)]
 
 
 def progress(tag: str = "") -> Callable[[str], None]:

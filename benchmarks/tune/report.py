@@ -253,12 +253,12 @@ def markdown(report: dict) -> str:
     comparison = report.get("grid_comparison")
     if comparison:
         lines += ["## Search efficiency against the exhaustive grid", "", comparison["sentence"], "",
-                  "| | tuner | grid |", "|---|---|---|",
-                  f"| candidates measured | {comparison['tuner_candidates']} | {comparison['grid_candidates']} |",
-                  f"| open-loop points | {comparison['tuner_points']} | {comparison['grid_points']} |",
-                  f"| measurement time, s | {comparison['tuner_s']:.0f} | {comparison['grid_s']:.0f} |",
-                  f"| best req/s within SLO | {comparison['tuner_rps']:.1f} (`{comparison['tuner_key']}`) | "
-                  f"{comparison['grid_rps']:.1f} (`{comparison['grid_key']}`) |", ""]
+                  *cli.table(("", "tuner", "grid"), [
+                      ("candidates measured", comparison["tuner_candidates"], comparison["grid_candidates"]),
+                      ("open-loop points", comparison["tuner_points"], comparison["grid_points"]),
+                      ("measurement time, s", f"{comparison['tuner_s']:.0f}", f"{comparison['grid_s']:.0f}"),
+                      ("best req/s within SLO", f"{comparison['tuner_rps']:.1f} (`{comparison['tuner_key']}`)",
+                       f"{comparison['grid_rps']:.1f} (`{comparison['grid_key']}`)")]), ""]
         judged = comparison.get("head_to_head")
         if judged:
             lines += ["### Head to head", "", "The pick and the grid's best measured again (not counted as "

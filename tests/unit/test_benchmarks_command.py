@@ -116,4 +116,4 @@ def test_an_unknown_shared_option_names_where_to_declare_it():
 def test_report_folders_and_tables_have_one_shape(tmp_path):
     folder = cli.report_folder(tmp_path, "tune", "minilm", when="20260101-000000")
     assert folder == tmp_path / "tune-minilm-20260101-000000"
-    assert cli.table(("a", "b"), [(1, None), ("x", 2.5)]) == ["| a | b |", "|---|---|", "| 1 |  |", "| x | 2.5 |"]
+    assert cli.table(("a", "b"), [(1, None), ("x", 2.5)]) == ["| a | b |", "|---|---|", "| 1 | |", "| x | 2.5 |"]

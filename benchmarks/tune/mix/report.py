@@ -14,6 +14,7 @@ from benchmarks.tune.mix.search import Tried
 from serving.mix_record import MixRecord
 from serving.ts_config import ModelSettings
 
+PER_MODEL = ("model", "req/s", "p99 (ms)", "SLO (ms)")
 TARGET_RATIO = 1.5  # tuned capacity in the mix >= 1.5x the values before (each model tuned alone)
 
 
@@ -39,32 +40,32 @@ def build(options, alone: dict[str, tuple[ModelSettings, Optional[float]]], trie
 
 
 def _per_model_rows(content: dict, key: str) -> list:
-    best = content[key]["best"]
-    if not best:
-        return ["| (no rate passed) | | | |"]
-    slo = content["options"]["mix"]["slo_ms"]
-    rows = []
-    for name, figures in best["models"].items():
-        rows.append(f"| {name} | {figures['achieved_rps']:.1f} | {stats.tail_cell(figures['latency_ms'])} | "
-                    f"{slo[name]:g} |")
-    return rows
+    """The body of a per-model table (model, req/s, p99, SLO) at `key`'s capacity point."""
+    best, slo = content[key]["best"], content["options"]["mix"]["slo_ms"]
+    rows = [(n, f"{f['achieved_rps']:.1f}", stats.tail_cell(f["latency_ms"]), f"{slo[n]:g}")
+            for n, f in best["models"].items()] if best else [("(no rate passed)", "", "", "")]
+    return cli.table(PER_MODEL, rows)[2:]
 
 
-def _rejected_lines(content: dict) -> list[str]:
-    rejected = content.get("rejected")
-    if not rejected:
-        return []
-    plan = "; ".join(f"{n}: {c['workers']} x {c['threads']} thread(s), batch {c['batch_size']}, delay "
-                     f"{c['max_batch_delay_ms']} ms" for n, c in rejected["plan"].items())
-    return [f"| the search's choice ({plan}), from the written file | {rejected['capacity']['capacity_rps']:.1f} | "
-            f"{rejected['capacity']['memory_mib']:.0f} |", "",
-            "The search's choice served less than the values before, measured in the same run with the long "
-            "points: the tuner wrote the values before back (idle models at one worker of one thread) and "
-            "measured them again from the written file (the 'kept' row)."]
+def _capacity_lines(content: dict) -> list[str]:
+    """The capacity table (before, written, and the search's choice when it was rejected) and why."""
+    ref, ver, rejected = content["reference"], content["verified"], content.get("rejected")
+    rows = [("config.properties before", f"{ref['capacity_rps']:.1f}", f"{ref['memory_mib']:.0f}"),
+            (f"{'kept' if rejected else 'tuned for the mix'} (from the written file)", f"{ver['capacity_rps']:.1f}",
+             f"{ver['memory_mib']:.0f}")]
+    if rejected:
+        plan = "; ".join(f"{n}: {c['workers']} x {c['threads']} thread(s), batch {c['batch_size']}, delay "
+                         f"{c['max_batch_delay_ms']} ms" for n, c in rejected["plan"].items())
+        rows.append((f"the search's choice ({plan}), from the written file",
+                     f"{rejected['capacity']['capacity_rps']:.1f}", f"{rejected['capacity']['memory_mib']:.0f}"))
+    lines = cli.table(("server", "total req/s within every SLO", "memory (MiB)"), rows)
+    return lines + (["", "The search's choice served less than the values before, measured in the same run with the "
+                     "long points: the tuner wrote the values before back (idle models at one worker of one thread) "
+                     "and measured them again from the written file (the 'kept' row)."] if rejected else [])
 
 
 def markdown(content: dict) -> str:
-    o, ref, ver = content["options"], content["reference"], content["verified"]
+    o = content["options"]
     ratio = content["ratio"]
     lines = [
         "# Tuned for a traffic mix",
@@ -74,26 +75,19 @@ def markdown(content: dict) -> str:
         "",
         "## Capacity in the mix (same run, same points)",
         "",
-        "| server | total req/s within every SLO | memory (MiB) |",
-        "|---|---|---|",
-        f"| config.properties before | {ref['capacity_rps']:.1f} | {ref['memory_mib']:.0f} |",
-        f"| {'kept' if content.get('rejected') else 'tuned for the mix'} (from the written file) | "
-        f"{ver['capacity_rps']:.1f} | {ver['memory_mib']:.0f} |",
-        *_rejected_lines(content),
+        *_capacity_lines(content),
         "",
         f"Ratio: **{'-' if ratio is None else f'{ratio:.2f}x'}** (target >= {TARGET_RATIO}x: "
         f"{'met' if content['target']['met'] else 'missed'}).",
         "",
         "### Each model at the tuned capacity point",
         "",
-        "| model | req/s | p99 (ms) | SLO (ms) |",
-        "|---|---|---|---|",
+        *cli.table(PER_MODEL, ()),
         *_per_model_rows(content, "verified"),
         "",
         "### Each model at the capacity point of config.properties before",
         "",
-        "| model | req/s | p99 (ms) | SLO (ms) |",
-        "|---|---|---|---|",
+        *cli.table(PER_MODEL, ()),
         *_per_model_rows(content, "reference"),
         "",
         "### What each model gets alone (its own tuning, recorded in config.properties before)",
@@ -167,8 +161,8 @@ def write_reproduction(folder: Path, content: dict) -> None:
     record, again = content["record"], content["again"]
     rows = _per_model_rows({"options": content["options"], "again": again}, "again")
     lines = ["# The tuned mix, measured again", "", f"Command: `{content['options']['command']}`.", "",
-             "| | total req/s within every SLO |", "|---|---|",
-             f"| recorded ({record['date']}, {record['report']}) | {record['capacity_rps']:.1f} |",
-             f"| again | {again['capacity_rps']:.1f} ({content['change_pct']:+.1f}%) |", "",
-             "| model | req/s | p99 (ms) | SLO (ms) |", "|---|---|---|---|", *rows, ""]
+             *cli.table(("", "total req/s within every SLO"), [
+                 (f"recorded ({record['date']}, {record['report']})", f"{record['capacity_rps']:.1f}"),
+                 ("again", f"{again['capacity_rps']:.1f} ({content['change_pct']:+.1f}%)")]), "",
+             *cli.table(PER_MODEL, ()), *rows, ""]
     (folder / "reproduce.md").write_text("\n".join(lines), encoding="utf-8")
