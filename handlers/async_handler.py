@@ -2,7 +2,7 @@
 true` in model-config.yaml, written for a causal LM with `causal_lm.mode: async`).
 
 TorchServe's async worker (ts/async_service.py) awaits the entry point for each request as it
-arrives, so `handle` is a coroutine; everything else is the request loop's own (handlers/handler.py).
+arrives, so `handle` is a coroutine; everything else is the handler's own (handlers/handler.py).
 TorchServe takes the one class this module defines as the handler.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from handlers.answers import close_replies
 from handlers.errors import ConfigError
 from handlers.handler import Handler
 
@@ -22,5 +21,5 @@ class AsyncHandler(Handler):
         if self.generation is None or not hasattr(self.generation, "loop"):
             raise ConfigError(f"{self.model_name}: the asynchronous worker mode serves causal_lm with mode: async")
         answers = await self.generation.handle(data, context)
-        close_replies(context, len(data))
+        self.engine.reply(context, self.engine.requests(data, context, None), [None] * len(data))
         return answers

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from handlers.errors import BadInput, DeadlineExceeded
-from handlers.kserve import header
 
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"
 START_HEADER = "X-Request-Start-Ms"
@@ -93,7 +92,7 @@ class ServiceTime:
 
 
 def _whole_ms(headers: Mapping[str, Any], name: str) -> Optional[int]:
-    value = header(headers, name.lower())
+    value = headers.get(name.lower())  # the request's headers, folded at the door (handlers/request.py)
     if value is None:
         return None
     text = value.strip()
@@ -125,39 +124,24 @@ def due_of(headers: Mapping[str, Any], default_ms: int, arrival: Arrival) -> Opt
 
 @dataclass
 class BatchDeadlines:
-    """One batch's deadlines and what became of them, for the handler's counters."""
+    """What became of one batch's deadlines, for the handler's counters. Each request's own deadline
+    is its record's `due` (decided at the door, handlers/request.py)."""
 
-    arrival: Arrival
-    due: dict[int, Due] = field(default_factory=dict)  # idx -> deadline, requests that have one
     expired: dict[str, int] = field(default_factory=dict)  # stage -> requests answered 504 there
     late: int = 0  # requests computed but answered after their deadline (still 200)
 
-    def expire(self, indices, stage: str, service: ServiceTime) -> dict[int, DeadlineExceeded]:
-        """The requests among `indices` that cannot be answered in time any more, each with its 504."""
+    def expire(self, dues: Iterable[tuple[Any, Optional[Due]]], stage: str,
+               service: ServiceTime) -> list[tuple[Any, DeadlineExceeded]]:
+        """Of `dues` ((a request's state, its deadline or None) pairs), those that cannot be answered in
+        time any more, each with its 504."""
         now = time.monotonic()
         needed = service.needed(stage)
-        out = {idx: DeadlineExceeded(self.due[idx].message(stage, now, needed)) for idx in indices
-               if idx in self.due and self.due[idx].at <= now + needed}
+        out = [(who, DeadlineExceeded(due.message(stage, now, needed))) for who, due in dues
+               if due is not None and due.at <= now + needed]
         if out:
             self.expired[stage] = self.expired.get(stage, 0) + len(out)
         return out
 
-    def count_late(self, indices) -> None:
+    def count_late(self, dues: Iterable[Optional[Due]]) -> None:
         now = time.monotonic()
-        self.late += sum(1 for idx in indices if idx in self.due and self.due[idx].at < now)
-
-
-def read(headers_of, count: int, default_ms: int) -> tuple[BatchDeadlines, dict[int, BadInput]]:
-    """Every request's deadline (`headers_of(idx)`: its headers), and the requests whose deadline
-    headers are malformed, each with its 400."""
-    batch = BatchDeadlines(Arrival.now())
-    refused: dict[int, BadInput] = {}
-    for idx in range(count):
-        try:
-            due = due_of(headers_of(idx), default_ms, batch.arrival)
-        except BadInput as err:
-            refused[idx] = err
-            continue
-        if due is not None:
-            batch.due[idx] = due
-    return batch, refused
+        self.late += sum(1 for due in dues if due is not None and due.at < now)

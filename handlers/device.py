@@ -64,15 +64,12 @@ def _fallback(why: str) -> Placement:
 
 
 def emit_placement(metrics, model_name: str, placement: Placement) -> None:
-    """WorkerDeviceFallback (0 or 1) through TorchServe's context.metrics, once per worker start."""
+    """WorkerDeviceFallback (0 or 1) through the engine's metrics sink (handlers/engines/), once per
+    worker start."""
     if metrics is None:
         return
-    from ts.metrics.dimension import Dimension
-    from ts.metrics.metric_type_enum import MetricTypes
-
-    metrics.add_metric(FALLBACK_METRIC, 1 if placement.fallback else 0, "count",
-                       dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model")],
-                       metric_type=MetricTypes.GAUGE)
+    metrics.gauge(FALLBACK_METRIC, 1 if placement.fallback else 0, "count", (("ModelName", model_name),
+                                                                             ("Level", "Model")))
 
 
 # ---- batch buckets --------------------------------------------------------------------------

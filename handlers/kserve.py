@@ -4,7 +4,7 @@ TorchServe 0.12 routes `POST /v1/models/<m>:predict` and `POST /v2/models/<m>/in
 like `/predictions/<m>`, adding the request header `explain: False` (InferenceRequestHandler.
 handleKFV1Predictions / handleKFV2Predictions). Its own `kservev2` envelope reads only the first
 request of a batch (pytorch/serve #2158), so we do not use TorchServe's envelopes: the request loop
-asks `unwrap` about every request of a batch, and a KServe request becomes the per-instance bodies
+asks about every request of a batch, and a KServe request becomes the per-instance bodies
 its family already decodes (one item each in the batch's single forward pass); `wrap` puts the
 family's answers back into the request's protocol. Nothing here names a family: what a family takes
 is its declared `input_kind` (handlers/families/base.py).
@@ -16,17 +16,14 @@ family's text or bytes). An `Inference-Header-Content-Length` header marks the O
 Protocol's binary tensor extension (handlers/binary_tensors.py): the JSON header is read from the
 body's first bytes, binary tensors from the rest, and binary outputs are sent when asked for.
 
-The route shows in the headers only: the frontend adds `explain` on the KServe routes AND on
-/predictions and /explanations (handlePredictions), and `url_path` on these two only. So `explain`
-without `url_path` is a KServe route; `explain` alone would take the tensor family's own
-/predictions form `{"inputs": <nested list>}` for a v2 envelope.
+The route is decided at the door (handlers/request.py); handlers/protocols/kserve.py reads the
+body and headers of a request on a KServe route and hands its JSON object here.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 import uuid
 from collections.abc import Mapping
@@ -38,7 +35,7 @@ import numpy as np
 
 from handlers import binary_tensors
 from handlers.encoding import JSON, json_bytes
-from handlers.errors import BadInput, HandlerError, UnsupportedMediaType
+from handlers.errors import BadInput, HandlerError
 from handlers.limits import check_instances
 
 TEXT = "text/plain"
@@ -64,42 +61,18 @@ class Envelope:
 
 
 def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
-    """A request header's value, its name matched case-insensitively (None when absent)."""
+    """A raw request header's value, its name matched case-insensitively (None when absent); the
+    generation loops' door still reads raw headers (the batch loop reads its records' folded ones)."""
     for key, value in (headers or {}).items():
         if str(key).lower() == name:
             return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
     return None
 
 
-def from_kserve_route(headers: Optional[Mapping[str, Any]]) -> bool:
-    """Came through /v1/models/<m>:predict or /v2/models/<m>/infer (see the module's docstring)."""
-    return header(headers, "explain") is not None and header(headers, "url_path") is None
-
-
-def unwrap(body: Any, headers: Optional[Mapping[str, Any]], input_kind: str) -> Optional[Envelope]:
-    """The request's instances, or None for a /predictions request (answered exactly as before).
-
+def unwrap_payload(payload: dict, input_kind: str, tail: Optional[memoryview] = None) -> Optional[Envelope]:
+    """The request's instances from its JSON object (`tail`: the bytes after a binary-tensor request's
+    JSON header), or None for an object with neither "instances" nor "inputs" (a /predictions body).
     Raises BadInput naming the field when the envelope itself is malformed."""
-    if not from_kserve_route(headers):
-        return None
-    encoding = header(headers, "content-encoding")
-    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
-        raise UnsupportedMediaType(f"Content-Encoding: {encoding[:40]!r}: compressed request bodies are not "
-                                   "supported (TorchServe passes them on compressed); send it uncompressed")
-    declared = header(headers, binary_tensors.HEADER.lower())
-    if declared is not None:  # the binary tensor extension: a JSON header, then raw tensor bytes
-        payload, tail = binary_tensors.split(body, declared)
-        if "inputs" not in payload:
-            raise BadInput(f'{binary_tensors.HEADER}: binary tensors are an Open Inference Protocol v2 request\'s: '
-                           'its JSON header needs "inputs"')
-    else:
-        payload, tail = _json_object(body), None
-    if payload is None:
-        if isinstance(body, (bytes, bytearray, str, list)):  # never read as some family's text or bytes
-            raise BadInput('body: a KServe route takes a JSON object, {"instances": [...]} (v1) or {"inputs": [...]} '
-                           f"(Open Inference Protocol v2; binary tensors follow a JSON header whose length is in "
-                           f"the {binary_tensors.HEADER} request header)")
-        return None
     if "instances" in payload and "inputs" in payload:
         raise BadInput('send either "instances" (KServe v1) or "inputs" (Open Inference Protocol v2), not both')
     if "instances" in payload:
@@ -107,27 +80,6 @@ def unwrap(body: Any, headers: Optional[Mapping[str, Any]], input_kind: str) -> 
     if "inputs" in payload:
         return _v2(payload, input_kind, tail)
     return None
-
-
-def _json_object(body: Any) -> Optional[dict]:
-    """The body as a JSON object: TorchServe parses `application/json` bodies already; any other
-    content type arrives as bytes or text, parsed here only when it looks like an object."""
-    if isinstance(body, dict):
-        return body
-    if isinstance(body, (bytes, bytearray)):
-        if not bytes(body[:64]).lstrip().startswith(b"{"):
-            return None
-        try:
-            body = bytes(body).decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if not isinstance(body, str) or not body.lstrip().startswith("{"):
-        return None
-    try:
-        parsed = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON after all: the family says what is wrong with it
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 # ---- KServe v1 ------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""One request's parts as TorchServe passes them to a handler: its body, its headers, its content type."""
+"""A request's raw headers and JSON body as the generation loops still read them (the batch loop reads
+its records instead, handlers/request.py, built by the engine adapter handlers/engines/torchserve.py)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from handlers.errors import BadInput
-from handlers.kserve import header
-
-
-def request_body(request: Any) -> Any:
-    """The payload of one request as TorchServe passes it: raw body, or a single form field."""
-    if not isinstance(request, dict):
-        return request
-    for key in ("data", "body"):
-        if key in request:
-            return request[key]
-    if len(request) == 1:
-        return next(iter(request.values()))
-    raise BadInput("send the input as the request body (or a single form field named 'data')")
 
 
 def json_value(body: Any) -> Any:
@@ -44,9 +32,3 @@ def request_headers(context, idx: int) -> Mapping[str, Any]:
         return context.get_all_request_header(idx) or {}
     except (AttributeError, IndexError, KeyError, TypeError):  # contexts without request headers
         return {}
-
-
-def content_type(context, idx: int) -> str:
-    """The media type alone, lower case ("" when none was sent)."""
-    value = header(request_headers(context, idx), "content-type")
-    return "" if value is None else value.split(";")[0].strip().lower()

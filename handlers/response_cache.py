@@ -36,10 +36,14 @@ class ResponseCacheSettings:
         return self.max_mib > 0
 
 
-def request_key(model: str, version: str, variant: str, body: Any, content_type: str) -> Optional[bytes]:
+def request_key(model: str, version: str, variant: str, body: Any, content_type: str,
+                canonical: Optional[bytes] = None) -> Optional[bytes]:
     """The digest an answer is kept under; equal for requests that mean the same. None: a body
-    with no canonical form (nested past Python's recursion limit, say), never cached."""
-    if isinstance(body, (bytes, bytearray)) and content_type != "application/json":
+    with no canonical form (nested past Python's recursion limit, say), never cached. `canonical`:
+    the body's canonical form when the caller has it already."""
+    if canonical is not None:
+        pass
+    elif isinstance(body, (bytes, bytearray)) and content_type != "application/json":
         canonical = bytes(body)
     else:
         try:

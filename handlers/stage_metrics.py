@@ -1,4 +1,4 @@
-"""Per-batch stage timings and formed batch sizes, emitted through TorchServe's context.metrics.
+"""Per-batch stage timings and formed batch sizes, emitted through the engine's metrics sink.
 
 Counters (cumulative milliseconds, batches per size) so a scraper can diff two readings of the
 Prometheus endpoint and get exact means over any window; a gauge would only keep the last batch.
@@ -10,6 +10,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
+
+from handlers.engines import model_dims
 
 STAGES = ("preprocess", "inference", "postprocess")
 STAGE_METRIC = {stage: f"Handler{stage.capitalize()}Ms" for stage in STAGES}
@@ -65,44 +67,29 @@ def attribute_gpu_time(clock: StageClock, gpu_ms: Optional[float]) -> None:
 
 def emit(metrics, model_name: str, clock: StageClock, batch_size: int,
          gauges: Optional[Mapping[str, float]] = None) -> None:
-    """Send one batch's figures; ``metrics`` is TorchServe's context.metrics (None in bare use);
-    `gauges`: last values to report as they are (GPU memory, handlers/device.py)."""
+    """Send one batch's figures; `metrics`: the engine's MetricsSink (handlers/engines/; None in bare
+    use); `gauges`: last values to report as they are (GPU memory, handlers/device.py)."""
     if metrics is None:
         return
-    from ts.metrics.dimension import (
-        Dimension,  # TorchServe-only import, kept off the import path
-    )
-    from ts.metrics.metric_type_enum import MetricTypes
-
-    def dims(*extra):
-        # Fresh lists: TorchServe appends its default dimensions to the list it is given.
-        return [Dimension("ModelName", model_name), Dimension("Level", "Model"), *extra]
-
+    dims = model_dims(model_name)
     for stage, ms in clock.elapsed_ms.items():
-        metrics.add_time(STAGE_METRIC[stage], ms, dimensions=dims(), metric_type=MetricTypes.COUNTER)
-    metrics.add_counter(BATCHES_METRIC, 1, dimensions=dims(Dimension("BatchSize", str(batch_size))))
-    metrics.add_counter(ITEMS_METRIC, batch_size, dimensions=dims())
+        metrics.time(STAGE_METRIC[stage], ms, dims)
+    metrics.count(BATCHES_METRIC, 1, model_dims(model_name, ("BatchSize", str(batch_size))))
+    metrics.count(ITEMS_METRIC, batch_size, dims)
     for name, value in (gauges or {}).items():
-        metrics.add_metric(name, value, "percent" if name.endswith("Percent") else "MB", dimensions=dims(),
-                           metric_type=MetricTypes.GAUGE)
+        metrics.gauge(name, value, "percent" if name.endswith("Percent") else "MB", dims)
 
 
 def emit_cache(metrics, model_name: str, cache) -> None:
     """The response cache's hits, misses and evictions since the last call, and its bytes."""
     if metrics is None:
         return
-    from ts.metrics.dimension import Dimension
-    from ts.metrics.metric_type_enum import MetricTypes
-
+    dims = model_dims(model_name)
     counts = cache.take_counts()
     for name, value in (("ResponseCacheHits", counts.hits), ("ResponseCacheMisses", counts.misses),
                         ("ResponseCacheEvictions", counts.evictions)):
-        metrics.add_metric(name, value, "Count", dimensions=[Dimension("ModelName", model_name),
-                                                             Dimension("Level", "Model")],
-                           metric_type=MetricTypes.COUNTER)
-    metrics.add_metric("ResponseCacheBytes", cache.nbytes, "Bytes",
-                       dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model")],
-                       metric_type=MetricTypes.GAUGE)
+        metrics.count(name, value, dims, "Count")
+    metrics.gauge("ResponseCacheBytes", cache.nbytes, "Bytes", dims)
 
 
 def emit_deadlines(metrics, model_name: str, deadlines) -> None:
@@ -110,15 +97,7 @@ def emit_deadlines(metrics, model_name: str, deadlines) -> None:
     computed) and requests computed but answered after their deadline; only what happened is sent."""
     if metrics is None or not (deadlines.expired or deadlines.late):
         return
-    from ts.metrics.dimension import Dimension
-    from ts.metrics.metric_type_enum import MetricTypes
-
     for stage, count in deadlines.expired.items():
-        metrics.add_metric(DEADLINE_EXPIRED_METRIC, count, "Count",
-                           dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model"),
-                                       Dimension("Stage", stage)],
-                           metric_type=MetricTypes.COUNTER)
+        metrics.count(DEADLINE_EXPIRED_METRIC, count, model_dims(model_name, ("Stage", stage)), "Count")
     if deadlines.late:
-        metrics.add_metric(DEADLINE_LATE_METRIC, deadlines.late, "Count",
-                           dimensions=[Dimension("ModelName", model_name), Dimension("Level", "Model")],
-                           metric_type=MetricTypes.COUNTER)
+        metrics.count(DEADLINE_LATE_METRIC, deadlines.late, model_dims(model_name), "Count")

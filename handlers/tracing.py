@@ -25,8 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from handlers.kserve import header
-from handlers.request_parts import request_headers
 from handlers.stage_metrics import TracedClock
 
 log = logging.getLogger(__name__)
@@ -57,11 +55,11 @@ class TracingConfig:
 
 
 @dataclass(frozen=True)
-class Request:
+class RequestSpan:
     """What a request's span needs from the batch, gathered by the handler."""
 
     idx: int
-    headers: Mapping[str, str]
+    trace_headers: Mapping[str, str]  # traceparent / tracestate, as its record holds them
     outcome: str  # "served": went through every stage; "refused": rejected after decoding; "cached"
     status: int = 200
     message: str = ""
@@ -80,24 +78,17 @@ class Tracing:
         self._attributes = {"torchserve.model": model_name, "torchserve.model_version": version}
         self._name = f"{model_name} request"
 
-    def record_batch(self, context, count: int, served: list[int], refused: Mapping[int, Any], clock: TracedClock,
-                     items: int) -> None:
-        """The handler's batch: `served` went through the stages, `refused` maps an index to the
-        HandlerError that rejected it after decoding; any other request was answered without stages
-        (the response cache, or an identical request of the same batch)."""
-        served_set = set(served)
-        requests = []
-        for idx in range(count):
-            err = refused.get(idx)
-            outcome = "served" if idx in served_set else "refused" if err is not None else "cached"
-            requests.append(Request(idx, request_headers(context, idx), outcome,
-                                    err.status if err is not None else 200, err.message if err is not None else ""))
+    def record_batch(self, jobs, clock: TracedClock, items: int) -> None:
+        """The handler's batch (handlers/prepared.Job per request): its outcome, status and trace parent."""
+        requests = [RequestSpan(job.request.index, job.request.trace_headers, job.outcome,
+                                job.error.status if job.error is not None else 200,
+                                job.error.message if job.error is not None else "") for job in jobs]
         try:
             self.record(requests, clock, items)
         except Exception:  # a tracing fault (an exporter's, the SDK's) must never fail the batch it describes
             log.exception("could not record a batch's spans")
 
-    def record(self, requests: list[Request], clock: TracedClock, items: int) -> None:
+    def record(self, requests: list[RequestSpan], clock: TracedClock, items: int) -> None:
         """One request span per request and its stage children, from the clock's perf_counter times."""
         to_ns = _epoch_ns()
         first = min(start for start, _ in clock.spans.values())
@@ -105,7 +96,7 @@ class Tracing:
         stages = _stage_times(clock)
         batch = {**self._attributes, "torchserve.batch_requests": len(requests), "torchserve.batch_items": items}
         for request in requests:
-            parent = self._propagator.extract(_trace_headers(request.headers))
+            parent = self._propagator.extract(dict(request.trace_headers))
             attributes = {**batch, "torchserve.request_index": request.idx, "torchserve.outcome": request.outcome,
                           "http.response.status_code": request.status}
             span = self._tracer.start_span(self._name, context=parent, kind=self._trace.SpanKind.SERVER,
@@ -120,16 +111,6 @@ class Tracing:
             if request.status >= 400:
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, request.message))
             span.end(end_time=to_ns(last))
-
-
-def _trace_headers(headers: Mapping[str, Any]) -> dict[str, str]:
-    """traceparent and tracestate as text (TorchServe may hand header values over as bytes)."""
-    found = {}
-    for name in ("traceparent", "tracestate"):
-        value = header(headers, name)
-        if value:
-            found[name] = value
-    return found
 
 
 def _stage_times(clock: TracedClock) -> dict[str, tuple[float, float]]:

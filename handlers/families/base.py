@@ -97,6 +97,10 @@ class Family:
         """One JSON-ready answer per item of the batch."""
         raise NotImplementedError
 
+    def item_tokens(self, inputs: Any) -> Optional[list[int]]:
+        """Each item's token count in a collated batch (OpenAI's usage), or None for a family without tokens."""
+        return None
+
     def example_batch(self, size: int) -> Inputs:
         raise NotImplementedError
 

@@ -131,9 +131,10 @@ class TextEmbedder(Family):
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return PooledEncoder(model, self.settings.pooling, self.settings.normalize)
 
-    def count_tokens(self, text: str) -> int:
-        """The tokens the model reads of `text` (OpenAI's usage counts), truncation included."""
-        return len(self.tokenizer.encode(text).ids)
+    def item_tokens(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> list[int]:
+        """The tokens the model reads of each text (OpenAI's usage counts), truncation included and
+        padding not: from the batch's own tokenisation, so no text is tokenised twice."""
+        return inputs[1].sum(dim=1).tolist()
 
     def decode(self, body, content_type: str) -> str:
         return text_from_body(body, content_type, self.settings)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from handlers import device
+from handlers.engines.torchserve import TorchServeMetrics
 from handlers.errors import ConfigError, OutOfMemory
 from handlers.stage_metrics import StageClock, attribute_gpu_time
 from serving.fake_context import FakeMetrics
@@ -47,12 +48,13 @@ def test_placement(gpu_id, wanted, cuda, where, fallback, caplog, monkeypatch):
         assert placed.reason.startswith("FALLBACK to cpu")
 
 
-def test_a_fallback_names_the_fix_and_is_a_metric():
+def test_a_fallback_names_the_fix_and_is_a_metric(monkeypatch):
     placed = device.place(0, "auto", no)
     assert "make venv TORCH=cuda" in placed.reason and "runtime.device: cpu" in placed.reason
     metrics = FakeMetrics()
-    device.emit_placement(metrics, "m", placed)
-    device.emit_placement(metrics, "m", device.place(None, "auto", no))
+    sink = TorchServeMetrics(metrics)  # what the TorchServe adapter hands the handler
+    device.emit_placement(sink, "m", placed)
+    device.emit_placement(sink, "m", device.place(None, "auto", no))
     assert [call[2] for call in metrics.calls if call[1] == device.FALLBACK_METRIC] == [1, 0]
 
 

@@ -16,13 +16,12 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from build.examples import worker_input
-from handlers.answers import status_phrase
+from handlers.engines.torchserve import request_body, status_phrase
 from handlers.errors import HandlerError
 from handlers.families.image_bytes import encode, photo
 from handlers.families.image_classifier import ImageSettings
 from handlers.families.image_decode import decode_image
 from handlers.families.text_embedder import _VISIBLE, TextSettings, text_from_body
-from handlers.request_parts import request_body
 
 pytestmark = pytest.mark.unit
 
