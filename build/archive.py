@@ -31,7 +31,7 @@ import torch
 import yaml
 
 import handlers
-from build import export, gate
+from build import aoti_export, export, gate
 from build.catalogue import COMPILE_STARTUP_TIMEOUT_S, STARTUP_TIMEOUT_S, Catalogue, ModelEntry, startup_timeout_s
 from build.errors import CatalogueError, ExportError
 from build.held_out import separation
@@ -76,6 +76,7 @@ class BuildResult:
     seconds: float = 0.0
     variants: tuple[VariantResult, ...] = ()  # the variants asked for
     skipped: tuple[str, ...] = ()  # variants not asked for: their archives and state left as they were
+    pinned: Optional[str] = None  # the variant the catalogue pins for make tune (variants: [{x: {pin: true}}])
 
     @property
     def archives(self) -> dict[str, Path]:
@@ -183,6 +184,8 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
     extras = {e.name: e.source.resolve(root, f"model {name!r} extra file {e.name!r}") for e in entry.extra_files}
     held_out = [f.resolve(root, f"model {name!r} gate.held_out") for f in entry.gate.held_out]
     digest = input_hash(catalogue.raw_entries[name], root, entry.model.input_files(root), [*extras.values(), *held_out])
+    if any(v.serialisation == "aoti" for v in entry.variants):  # compiled C++: the compiler is an input too
+        digest = hashlib.sha256(f"{digest} cxx={aoti_export.compiler_version()}".encode()).hexdigest()
     state = _read_state(store)
     lines, todo = {}, []
     for variant in asked:
@@ -199,13 +202,22 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
     if todo:
         judge = gate_judge(entry, root, progress)
         for variant in todo:
-            line = build_variant(entry, variant, root, store, extras, judge, progress, speed_seconds)
+            try:
+                line = build_variant(entry, variant, root, store, extras, judge, progress, speed_seconds)
+            except ExportError as err:
+                if variant.default:
+                    raise
+                # A variant that does not export is reported and left out; the entry's others still build.
+                (store / variant.archive_name(name)).unlink(missing_ok=True)
+                progress(f"  {name} {variant.name}: not archived: {err}")
+                line = VariantResult(variant.name, None, f"FAILED: export: {err}", None, 0.0, {}, rebuilt=True)
             _write_state(store, variant.archive_name(name), digest, line)
             lines[variant.name] = line
     results = tuple(lines[v.name] for v in asked)
     skipped = tuple(v.name for v in entry.variants if v not in asked)
     return BuildResult(name, store / entry.default_variant.archive_name(name), rebuilt=bool(todo),
-                       seconds=time.perf_counter() - started, variants=results, skipped=skipped)
+                       seconds=time.perf_counter() - started, variants=results, skipped=skipped,
+                       pinned=next((v.name for v in entry.variants if v.pin), None))
 
 
 def _asked_variants(entry: ModelEntry, only: Iterable[str]) -> tuple[Variant, ...]:

@@ -1,6 +1,7 @@
 """Export: the entry's model with its family's head, checked the way the worker will run it, saved
-as a state dict (the worker rebuilds the architecture from the source) or as a frozen TorchScript
-graph traced here under the served precision (the worker only loads it)."""
+as a state dict (the worker rebuilds the architecture from the source), as a frozen TorchScript
+graph traced here under the served precision, as an ONNX graph or as an AOTInductor package
+(build/aoti_export.py): the worker only loads those."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, Optional
 
 import torch
 
+from build.aoti_export import export_aoti
 from build.catalogue import ModelEntry
 from build.errors import CatalogueError, ExportError
 from build.examples import expected_top1, worker_input
@@ -18,6 +20,7 @@ from build.onnx_export import export_onnx, quantize_int8
 from build.sources import ExportedProgram, TorchScriptFile, runtime_source
 from build.variants import Variant
 from handlers import runtime
+from handlers.aoti import load_aoti
 from handlers.errors import ConfigError, HandlerError
 from handlers.families import Family, family_class
 from handlers.onnx_session import load_onnx
@@ -34,7 +37,7 @@ def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> dic
     rt = dict(section.get("runtime") or {})
     graph = rt.get("graph", "eager")
     source = entry.model
-    serialised = variant.serialisation in ("torchscript", "onnx")
+    serialised = variant.serialisation in ("torchscript", "onnx", "aoti")
     if isinstance(source, (TorchScriptFile, ExportedProgram)) and variant.name != "torchscript":
         raise CatalogueError(f"{where}: a {type(source).__name__} model is served as TorchScript: "
                              f"set serialisation: torchscript (variant {variant.name!r} needs the eager model)")
@@ -54,11 +57,11 @@ def handler_section(entry: ModelEntry, variant: Optional[Variant] = None) -> dic
         rt["graph"] = variant.kind.graph
     if variant.kind.precision is not None:
         rt["precision"] = variant.kind.precision
-    if variant.serialisation == "torchscript" and runtime.resolve_precision(rt.get("precision", "fp32"),
+    if variant.serialisation in ("torchscript", "aoti") and runtime.resolve_precision(rt.get("precision", "fp32"),
                                                                              torch.device("cpu")) is None:
         rt["precision"] = "fp32"  # traced as this CPU runs it (no native bf16/fp16): the archive says so
-    if variant.serialisation == "onnx":
-        rt["channels_last"] = False  # a torch memory format: ONNX Runtime takes NCHW
+    if variant.serialisation in ("onnx", "aoti"):
+        rt["channels_last"] = False  # ONNX Runtime takes NCHW; Inductor picks its own layouts inside the package
     wanted = rt.get("device", "auto")
     if wanted == "gpu" and not variant.kind.gpu:
         raise CatalogueError(f"{where}.settings.runtime.device: gpu, but variant {variant.name!r} has no CUDA kernels "
@@ -117,8 +120,12 @@ def export(entry: ModelEntry, variant: Variant, settings: HandlerSettings, famil
         torch.jit.save(trace(torch_int8(model), family, settings), str(target))
     elif variant.serialisation == "torchscript":
         torch.jit.save(trace(model, family, settings), str(target))
+    elif variant.serialisation == "aoti":
+        dtype = runtime.resolve_precision(settings.runtime.precision, torch.device("cpu"))
+        export_aoti(model, _as_tuple(family.example_batch(2)), target, dtype, f"model {entry.name!r} variant aoti")
     else:
-        onnx_file = export_onnx(model, _as_tuple(family.example_batch(2)), content / "fp32.onnx")
+        onnx_file = export_onnx(model, _as_tuple(family.example_batch(2)), content / "fp32.onnx",
+                                dynamo=variant.name == "onnx")
         if variant.name == "onnx-int8":
             quantize_int8(onnx_file, target, variant.keep_fp32, variant.per_channel)
             onnx_file.unlink()
@@ -198,6 +205,8 @@ def load_served(served: Path, settings: HandlerSettings, family: Family, root: P
         return torch.jit.load(str(served), map_location="cpu").eval()
     if settings.runtime.graph == "onnx":
         return load_onnx(served, torch.get_num_threads())
+    if settings.runtime.graph == "aoti":
+        return load_aoti(served, torch.device("cpu"))
     model = family.wrap(settings.source.build(served.parent))
     model.load_state_dict(torch.load(served, map_location="cpu", weights_only=True))
     return model.eval()

@@ -1,10 +1,11 @@
 """ONNX variants: the family-wrapped model exported to ONNX, optionally int8-quantised by ONNX Runtime.
 
-Exported with the TorchScript-based exporter (`dynamo=False`, opset 17): it handles the Hugging Face
-encoders and the image models here, and names the graph's nodes after the modules
-(`/m/encoder/layer.0/output/dense/MatMul`), which is what `keep_fp32` refers to. The batch
-dimension of every input and output is dynamic, and so is the sequence dimension of integer
-(token id / mask) inputs.
+`onnx` is exported through torch.export (`dynamo=True`, opset 18; build/shapes.py says which
+dimensions are dynamic: the batch, and the sequence of token inputs). `onnx-int8` still goes through
+the TorchScript-based exporter (`dynamo=False`, opset 17, deprecated upstream with TorchScript): it
+names the graph's nodes after the modules (`/m/encoder/layer.0/output/dense/MatMul`), which is what
+`keep_fp32` refers to; the torch.export-based one numbers them (`node_MatMul_92`), so moving it
+means searching keep_fp32 again on those names (python -m build.int8_search).
 
 int8: ONNX Runtime's dynamic quantisation of MatMul/Gemm weights (activations quantised on the fly),
 per output channel by default: per tensor, MiniLM's min cosine to fp32 fell to 0.76 (a single
@@ -21,11 +22,17 @@ from pathlib import Path
 import torch
 
 from build.errors import ExportError
+from build.shapes import dynamic_shapes
 
-OPSET = 17
+OPSET = 17  # the TorchScript-based exporter's
+DYNAMO_OPSET = 18  # the torch.export-based exporter's lowest
 
 
-def export_onnx(model: torch.nn.Module, example: tuple[torch.Tensor, ...], target: Path) -> Path:
+def export_onnx(model: torch.nn.Module, example: tuple[torch.Tensor, ...], target: Path, dynamo: bool = False) -> Path:
+    """`dynamo`: through torch.export (node names numbered); else the TorchScript-based exporter (named
+    after the modules, which keep_fp32 refers to)."""
+    if dynamo:
+        return _export_dynamo(model, example, target)
     names = [f"input_{i}" for i in range(len(example))]
     dynamic = {name: ({0: "batch", 1: "sequence"} if not t.is_floating_point() and t.dim() >= 2 else {0: "batch"})
                for name, t in zip(names, example)}
@@ -37,6 +44,21 @@ def export_onnx(model: torch.nn.Module, example: tuple[torch.Tensor, ...], targe
                               dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
     except (RuntimeError, TypeError, ValueError, torch.onnx.errors.OnnxExporterError) as err:
         raise ExportError(f"ONNX export failed: {str(err).splitlines()[0][:300]}") from None
+    return target
+
+
+def _export_dynamo(model: torch.nn.Module, example: tuple[torch.Tensor, ...], target: Path) -> Path:
+    names = [f"input_{i}" for i in range(len(example))]
+    try:
+        with torch.no_grad():
+            torch.onnx.export(model.eval(), example, str(target), input_names=names, output_names=["output"],
+                              dynamic_shapes=dynamic_shapes(example), opset_version=DYNAMO_OPSET, dynamo=True,
+                              external_data=False, verbose=False)
+    except Exception as err:  # noqa: BLE001 - torch.export and the ONNX translation raise many types
+        raise ExportError(f"ONNX export (torch.export-based) failed ({type(err).__name__}: "
+                          f"{str(err).strip().splitlines()[0][:300] if str(err).strip() else 'no message'}): "
+                          "drop onnx from the entry's variants, or make the model exportable "
+                          "(torch.export.draft_export lists every problem)") from None
     return target
 
 

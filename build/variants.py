@@ -1,6 +1,7 @@
 """Numeric variants of a catalogue entry: the same model, exported differently, each its own archive.
 
-    variants: [torchscript, onnx, {onnx-int8: {keep_fp32: [<MatMul node>, ...]}}, int8]
+    variants: [aoti, torchscript, onnx, {onnx-int8: {keep_fp32: [<MatMul node>, ...]}}, int8]
+    variants: [torchscript, {aoti: {pin: true}}]     # make tune serves aoti without comparing
 
 The first is the entry's default (`model_store/<name>.mar`); every other one is archived as
 `model_store/<name>.<variant>.mar` under the same model name, so config.properties chooses which one
@@ -24,7 +25,7 @@ from build.files import only_keys
 class Kind:
     """What a variant name means: how it is exported and how the worker runs it."""
 
-    serialisation: str  # state_dict (the worker rebuilds the architecture) | torchscript | onnx
+    serialisation: str  # state_dict (the worker rebuilds the architecture) | torchscript | onnx | aoti
     graph: str  # runtime.graph of its archive
     weights_file: str
     precision: Optional[str]  # forced runtime.precision; None: the entry's
@@ -43,9 +44,12 @@ KINDS: Mapping[str, Kind] = {
                         about="traced under the entry's precision and frozen"),
     # torch.ao.quantization.quantize_dynamic is deprecated in torch 2.13 (torchao replaces it); it
     # still quantises nn.Linear here, and the trace keeps its quantized::linear_dynamic ops.
+    # TorchScript is deprecated upstream (torch.export replaces it): kept because users ask for it by name.
+    "aoti": Kind("aoti", "aoti", "model.pt2", None, device="cpu", gpu=False,
+                 about="torch.export -> AOTInductor package compiled here for this CPU, the entry's precision"),
     "int8": Kind("torchscript", "torchscript", "model.ts", "fp32",
                  about="torch dynamic int8 of every nn.Linear (deprecated API), traced", device="cpu", gpu=False),
-    "onnx": Kind("onnx", "onnx", "model.onnx", "fp32", about="ONNX (opset 17), ONNX Runtime CPU", device="cpu"),
+    "onnx": Kind("onnx", "onnx", "model.onnx", "fp32", about="ONNX through torch.export (opset 18), ONNX Runtime CPU", device="cpu"),
     "onnx-int8": Kind("onnx", "onnx", "model.onnx", "fp32", options=("keep_fp32", "per_channel"),
                       about="ONNX Runtime dynamic int8 of MatMul/Gemm weights, per channel", device="cpu"),
 }
@@ -58,6 +62,7 @@ class Variant:
     keep_fp32: tuple[str, ...] = ()  # onnx-int8: MatMul nodes left unquantised (the sensitive ones)
     per_channel: bool = True
     default: bool = False  # the entry's first: archived as <name>.mar
+    pin: bool = False  # make tune serves this one (if it passed the gate) instead of choosing by capacity
 
     def archive_name(self, model: str) -> str:
         return f"{model}.mar" if self.default else f"{model}.{self.name}.mar"
@@ -80,14 +85,17 @@ def parse_variant(where: str, raw: Any, default: bool) -> Variant:
     kind = KINDS[name]
     if not isinstance(options, Mapping):
         raise CatalogueError(f"{where}.{name}: options are a mapping")
-    only_keys(f"{where}.{name}", options, kind.options)
+    only_keys(f"{where}.{name}", options, (*kind.options, "pin"))
     keep = options.get("keep_fp32", [])
     if not isinstance(keep, list) or not all(isinstance(node, str) for node in keep):
         raise CatalogueError(f"{where}.{name}.keep_fp32: a list of ONNX node names (MatMul/Gemm)")
     per_channel = options.get("per_channel", True)
     if not isinstance(per_channel, bool):
         raise CatalogueError(f"{where}.{name}.per_channel: true or false")
-    return Variant(name, kind, tuple(keep), per_channel, default)
+    pin = options.get("pin", False)
+    if not isinstance(pin, bool):
+        raise CatalogueError(f"{where}.{name}.pin: true (make tune serves this variant) or false")
+    return Variant(name, kind, tuple(keep), per_channel, default, pin)
 
 
 def parse_variants(where: str, raw: Any, serialisation: Optional[str], graph: Optional[str]) -> tuple[Variant, ...]:
@@ -109,4 +117,7 @@ def parse_variants(where: str, raw: Any, serialisation: Optional[str], graph: Op
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise CatalogueError(f"{where}.variants: {repeated[0]!r} is listed twice")
+    pinned = [v.name for v in variants if v.pin]
+    if len(pinned) > 1:
+        raise CatalogueError(f"{where}.variants: {pinned[0]!r} and {pinned[1]!r} are both pinned: pin one at most")
     return variants

@@ -186,6 +186,8 @@ def precision_label(rt, autocast_dtype) -> str:
         return f"{rt.precision} (traced into the TorchScript graph)"
     if rt.graph == "onnx":
         return f"{rt.precision} (as exported into the ONNX graph)"
+    if rt.graph == "aoti":
+        return f"{rt.precision} (compiled into the AOTInductor package)"
     if rt.precision != "fp32" and autocast_dtype is None:
         return f"fp32 ({rt.precision} unsupported here)"
     return rt.precision

@@ -19,12 +19,12 @@ from handlers.response_cache import ResponseCacheSettings
 from handlers.sources import Source, source_from
 
 Precision = Literal["fp32", "bf16", "fp16"]
-Graph = Literal["eager", "torchscript", "compile", "onnx"]
+Graph = Literal["eager", "torchscript", "compile", "onnx", "aoti"]
 # auto: a GPU when TorchServe hands the worker a gpu_id and torch can use it, else the CPU; cpu: never a
 # GPU (the build writes deviceType: cpu, so TorchServe hands none); gpu: deviceType: gpu.
 Device = Literal["auto", "cpu", "gpu"]
 # Graphs serialised whole at build time: the worker loads them and needs no architecture source.
-SERIALISED_GRAPHS = ("torchscript", "onnx")
+SERIALISED_GRAPHS = ("torchscript", "onnx", "aoti")
 
 
 def _check_value(where: str, name: str, hint: Any, value: Any) -> Any:
@@ -166,5 +166,5 @@ class HandlerSettings:
         )
         if (settings.runtime.graph in SERIALISED_GRAPHS) == (settings.source is not None):
             raise ConfigError(f"{where}.source: an eager archive needs one (how to rebuild the architecture), "
-                              "a TorchScript or ONNX one has none")
+                              "a TorchScript, ONNX or AOTInductor one has none")
         return settings

@@ -28,8 +28,11 @@ Progress = Callable[[str], None]
 
 
 def eligible(built: BuildResult, asked: Optional[Sequence[str]]) -> list:
-    """The variants to fit: those asked for (each must have passed the gate), else every passing one."""
+    """The variants to fit: those asked for (each must have passed the gate), else the one the catalogue
+    pins, else every passing one (eager, TorchScript, AOTInductor, ONNX, int8: whichever the entry lists)."""
     passed = built.archives
+    if asked is None and built.pinned is not None:
+        asked = [built.pinned]
     if asked is None:
         return list(passed)
     known = {v.variant: v for v in built.variants}
@@ -37,7 +40,8 @@ def eligible(built: BuildResult, asked: Optional[Sequence[str]]) -> list:
         if name not in known:
             raise TuneError(f"--variant {name}: {built.name} has no such variant (catalogue: {', '.join(known)})")
         if name not in passed:
-            raise TuneError(f"--variant {name}: not archived, the build's accuracy gate rejected it "
+            which = "the catalogue's pinned variant" if name == built.pinned else "--variant"
+            raise TuneError(f"{which} {name}: not archived, the build's accuracy gate (or export) rejected it "
                             f"({known[name].gate})")
     return list(dict.fromkeys(asked))
 
