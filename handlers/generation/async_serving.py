@@ -28,11 +28,12 @@ from handlers import kserve
 from handlers.answers import set_status
 from handlers.batch_context import BatchContext
 from handlers.encoding import JSON, json_bytes
-from handlers.errors import BadInput, HandlerError
+from handlers.errors import HandlerError
+from handlers.generation.admission import priority_level
 from handlers.generation.engine import Engine
 from handlers.generation.engine_loop import Chunk, Done, EngineLoop, Event, Failed, LoopStats, Ticket
 from handlers.generation.params import GenerationRequest
-from handlers.generation.serving import NDJSON, PRIORITIES, send_intermediate
+from handlers.generation.serving import NDJSON
 from handlers.openai import responses, routes, sse
 from handlers.openai.completions import Call, parse_chat, parse_completion
 from handlers.openai.errors import error_body, error_event
@@ -48,8 +49,8 @@ class AsyncGenerationService:
 
     def __init__(self, engine: Engine, model_name: str, decode: Callable, reject: Callable, family: Any = None,
                  max_running: int = 0, priority_of: Callable[[Any, int], Optional[str]] = lambda c, i: None,
-                 emit: Optional[Callable[[LoopStats, Engine], None]] = None,
-                 send: Callable[[Any, dict[int, bytes]], None] = send_intermediate,
+                 *, emit: Optional[Callable[[LoopStats, Engine], None]] = None,
+                 send: Callable[[Any, dict[int, bytes]], None],
                  warm_request: Optional[GenerationRequest] = None) -> None:
         self.engine = engine
         self.model_name = model_name
@@ -97,12 +98,7 @@ class AsyncGenerationService:
         return answer + b"\n" if request.stream else answer
 
     def _priority(self, context, idx: int) -> Union[int, HandlerError]:
-        priority = self.priority_of(context, idx)
-        if priority is None:
-            return 1
-        if priority.strip().lower() not in PRIORITIES:
-            return BadInput(f"X-Priority: {priority[:40]!r} is not one of high, normal, low")
-        return PRIORITIES[priority.strip().lower()]
+        return priority_level(self.priority_of(context, idx))
 
     async def _generate(self, where: tuple[Any, int], request: GenerationRequest, priority: int,
                         stream: Optional[Callable[[Chunk], bytes]]) -> tuple[str, Union[Done, Failed]]:

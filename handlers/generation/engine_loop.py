@@ -16,7 +16,7 @@ Each iteration admits what arrived (a prefill; the new sequences get their first
 advances every running sequence by one token (or several, speculating), then hands each sequence's
 new text to its ticket. A fault of the model or the loop fails only the requests it held, each with
 a 5xx; the loop goes on with the next arrivals. Priorities and `max_running` work as in the
-step-per-call mode (serving.py): high first, then normal, then low, each in order of arrival.
+step-per-call mode (serving.py), through the same policy (admission.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 from handlers.errors import HandlerError, ServerFault
+from handlers.generation.admission import Admission
 from handlers.generation.engine import Engine, Generation
+from handlers.generation.metrics import Figures
 from handlers.generation.params import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -75,36 +77,24 @@ class Ticket:
     arrived: float = field(default_factory=time.perf_counter)
 
 
-@dataclass
-class LoopStats:
-    """What the loop did since the last report (for Prometheus)."""
-
-    tokens: int = 0
-    ttft_ms: list[float] = field(default_factory=list)
-    gaps_ms: list[float] = field(default_factory=list)
-    running: int = 0
-    waiting: int = 0
-    steps: int = 0
-    peak_running: int = 0  # the most sequences one step advanced together since the last report
-
+LoopStats = Figures  # what the loop did since its last report (metrics.py)
 
 IDLE_WAIT_MIN_S = 0.05  # an idle loop wakes at most this often, whatever stats_every_s asks
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, max_running: int = 0, on_stats: Optional[Callable[[LoopStats], None]] = None,
+    def __init__(self, engine: Engine, max_running: int = 0, on_stats: Optional[Callable[[Figures], None]] = None,
                  stats_every_s: float = 1.0, after_step: Callable[[], None] = lambda: None) -> None:
         """`after_step`: called once a step's (or a prefill's) events are delivered, to send what they
         made at once."""
         self.engine = engine
         self.after_step = after_step
-        self.max_running = max_running
+        self.admission = Admission(max_running)
         self.on_stats = on_stats
         self.stats_every_s = stats_every_s
         self._inbox: collections.deque[tuple[str, object]] = collections.deque()
         self._tickets: dict[str, Ticket] = {}
-        self._waiting: list[Generation] = []
-        self._stats = LoopStats()
+        self._stats = Figures()
         self._reported = time.perf_counter()
         self._stopped = False
         self._task: Optional[asyncio.Task] = None
@@ -139,7 +129,7 @@ class EngineLoop:
     # ---- the loop ----------------------------------------------------------------------------
     async def _run(self) -> None:
         while not self._stopped:
-            if not self.engine.running and not self._waiting and not self._inbox:
+            if not self.engine.running and not self.admission.waiting and not self._inbox:
                 self._arrived.clear()
                 try:  # idle: wait for a request, reporting the (idle) gauges meanwhile
                     await asyncio.wait_for(self._arrived.wait(), timeout=max(self.stats_every_s, IDLE_WAIT_MIN_S))
@@ -150,7 +140,7 @@ class EngineLoop:
                 self.iterate()
             except Exception:  # never a silent end of the task: what it held fails, the next arrivals run
                 log.exception("the engine loop failed: failing %d request(s)", len(self._tickets))
-                self._waiting = []
+                self.admission.clear()
                 self._fail(list(self._tickets), ServerFault("generation failed (the model log has the traceback)"))
             # Two turns of the asyncio loop before the next step: a request that arrived during this
             # step becomes a task in the first turn and submits itself in the second (one turn would
@@ -163,22 +153,17 @@ class EngineLoop:
         self._take_arrived()
         if self._stopped:
             return
-        starting = self._starting()
+        starting = self.admission.starting(self.engine.running)
         try:
-            if starting:
-                self.engine.admit(starting)
-                for seq in starting:
-                    self._stats.tokens += 1
-                    self._stats.ttft_ms.append((seq.token_times[0] - self._tickets[seq.key].arrived) * 1000.0)
-                self._deliver(starting)
+            admitted = self.admission.admit(self.engine, starting)
+            if admitted:
+                self._stats.first_tokens(admitted, lambda seq: self._tickets[seq.key].arrived)
+                self._deliver(admitted)
                 self.after_step()  # their first tokens go out now, not after the step below
             moved = self.engine.step() if self.engine.running else []
             self._stats.steps += bool(moved)
             self._stats.peak_running = max(self._stats.peak_running, len(moved))
-            for seq in moved:
-                self._stats.tokens += seq.added
-                gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
-                self._stats.gaps_ms.extend([gap / seq.added] * seq.added)
+            self._stats.advanced(moved)
             self._deliver(moved)  # a sequence admitted above may end in this same step: its end goes out too
             self.after_step()
         except Exception:  # a fault of ours: the requests the loop holds get a 5xx, the loop goes on
@@ -191,18 +176,14 @@ class EngineLoop:
         kind, value = item
         if kind == "submit":
             ticket = value
-            try:
-                seq = self.engine.new_sequence(ticket.key, ticket.request)
-            except Exception:  # a fault of ours with this request alone: its 5xx, the loop goes on
-                log.exception("request %s could not join the batch", ticket.key)
-                ticket.deliver(Failed(ServerFault("generation failed (the model log has the traceback)")))
+            seq = self.admission.make(self.engine, ticket.key, ticket.request, ticket.priority)
+            if isinstance(seq, HandlerError):  # its own refusal; the loop goes on
+                ticket.deliver(Failed(seq))
                 return
-            seq.priority = ticket.priority
             self._tickets[ticket.key] = ticket
-            self._waiting.append(seq)
-            self._waiting.sort(key=lambda s: s.priority)  # stable: arrival order within a class
+            self.admission.wait([seq])
         elif kind == "cancel":
-            self._waiting = [s for s in self._waiting if s.key != value]
+            self.admission.leave([value])
             for seq in self.engine.drop([value]):
                 log.info("request %s left after %d tokens: its sequence is released", seq.key, seq.generated)
             self._tickets.pop(value, None)
@@ -210,21 +191,6 @@ class EngineLoop:
     def _take_arrived(self) -> None:
         while self._inbox:
             self._take(self._inbox.popleft())
-
-    def _starting(self) -> list[Generation]:
-        """The waiting sequences that start now: every high-priority one, and others while fewer
-        than max_running non-high sequences run."""
-        room = float("inf") if self.max_running == 0 else \
-            self.max_running - sum(1 for seq in self.engine.running if seq.priority > 0)
-        starting, still = [], []
-        for seq in self._waiting:
-            if seq.priority == 0 or room > 0:
-                starting.append(seq)
-                room -= seq.priority > 0
-            else:
-                still.append(seq)
-        self._waiting = still
-        return starting
 
     def _deliver(self, sequences: list[Generation]) -> None:
         for seq in sequences:
@@ -240,6 +206,7 @@ class EngineLoop:
 
     def _fail(self, held: list[str], error: HandlerError) -> None:
         keys = list(dict.fromkeys(held))
+        self.admission.leave(keys)  # one the engine had deferred back to the waiting room included
         self.engine.drop(keys)
         self.engine.running, self.engine.kv = [], None  # whatever state the fault left is not trusted
         for key in keys:
@@ -251,8 +218,8 @@ class EngineLoop:
         now = time.perf_counter()
         if self.on_stats is None or now - self._reported < self.stats_every_s:
             return
-        self._stats.running, self._stats.waiting = len(self.engine.running), len(self._waiting)
-        stats, self._stats, self._reported = self._stats, LoopStats(), now
+        self._stats.running, self._stats.waiting = len(self.engine.running), len(self.admission.waiting)
+        stats, self._stats, self._reported = self._stats, Figures(), now
         try:
             self.on_stats(stats)
         except Exception:  # metrics must never stop generation

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 COUNTERS = ("GenerationTokens", "GenerationFirstTokens", "GenerationTimeToFirstTokenMs", "GenerationInterTokens",
             "GenerationInterTokenMs", "GenerationReleasedOnDisconnect")
@@ -26,6 +26,20 @@ class Figures:
     running: int = 0
     waiting: int = 0
     peak_running: int = 0  # the most sequences that ran together since the last report
+    steps: int = 0  # decoding steps that moved a sequence (the async engine loop counts them)
+
+    def first_tokens(self, sequences: Iterable, since: Callable[[Any], float]) -> None:
+        """Each sequence's first token (its prefill's), `since(seq)`: when its wait began."""
+        for seq in sequences:
+            self.tokens += 1
+            self.ttft_ms.append((seq.token_times[0] - since(seq)) * 1000.0)
+
+    def advanced(self, sequences: Iterable) -> None:
+        """The tokens a decoding step gave these sequences, and the gap each waited per token."""
+        for seq in sequences:  # a speculative step can give a sequence several tokens at once
+            self.tokens += seq.added
+            gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
+            self.gaps_ms.extend([gap / seq.added] * seq.added)
 
 
 class TokenRate:
@@ -83,18 +97,16 @@ def emit(metrics, model_name: str, figures: Figures, engine, tokens_per_s: Optio
 
 
 def loop_emitter(context, model_name: str) -> Callable:
-    """The engine loop's reporter (engine_loop.LoopStats, from the loop's thread) onto the metrics of
-    the context the worker was initialised with."""
+    """The engine loop's reporter (its Figures, from the loop's thread) onto the metrics of the
+    context the worker was initialised with."""
     lock = threading.Lock()
     rate = TokenRate(every_s=0.0)  # the loop reports about once a second already
 
-    def report(stats, engine) -> None:
+    def report(figures: Figures, engine) -> None:
         metrics = getattr(context, "metrics", None)
         if metrics is None:
             return
         with lock:
-            figures = Figures(stats.tokens, stats.ttft_ms, stats.gaps_ms, 0, stats.running, stats.waiting,
-                              stats.peak_running)
-            emit(metrics, model_name, figures, engine, rate.add(stats.tokens))
+            emit(metrics, model_name, figures, engine, rate.add(figures.tokens))
 
     return report

@@ -14,10 +14,11 @@ whether more is coming (a 400 or an answer complete at once goes out as one plai
 
 Priorities (`X-Priority: high | normal | low`, default normal): with `max_running` set, at most that
 many normal and low sequences advance together; the others wait here (answered with empty chunks),
-high first, then normal, then low, each in order of arrival. High-priority sequences always join at
-once. TorchServe's frontend queue is FIFO and hands the handler at most batchSize requests: a
-high-priority request gets ahead only of those already in the worker, so batchSize should exceed
-max_running by the headroom high-priority traffic needs.
+high first, then normal, then low, each in order of arrival (admission.py, the async engine loop's
+policy too). High-priority sequences always join at once. TorchServe's frontend queue is FIFO and
+hands the handler at most batchSize requests: a high-priority request gets ahead only of those
+already in the worker, so batchSize should exceed max_running by the headroom high-priority traffic
+needs.
 
 Without continuous batching (a plain batching archive) a call runs its whole batch to the end,
 streaming through TorchServe's intermediate responses.
@@ -26,11 +27,13 @@ streaming through TorchServe's intermediate responses.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from handlers.encoding import JSON, json_bytes
-from handlers.errors import BadInput, HandlerError, ServerFault
+from handlers.errors import HandlerError, ServerFault
+from handlers.generation.admission import Admission, priority_level
+from handlers.generation.door import Door
 from handlers.generation.engine import Engine, Generation
 from handlers.generation.metrics import Figures, TokenRate, emit
 from handlers.generation.params import GenerationRequest
@@ -38,7 +41,6 @@ from handlers.generation.params import GenerationRequest
 log = logging.getLogger(__name__)
 
 NDJSON = "application/x-ndjson"
-PRIORITIES = {"high": 0, "normal": 1, "low": 2}
 
 
 class _More:
@@ -52,34 +54,25 @@ class _More:
         return self.value
 
 
-def send_intermediate(context, chunks: dict[int, bytes]) -> None:
-    """TorchServe's streaming path for a plain batching archive (one message per step)."""
-    from ts.handler_utils.utils import send_intermediate_predict_response
-
-    ids = {idx: context.request_ids[idx] for idx in chunks}
-    send_intermediate_predict_response(chunks, ids, "Intermediate Prediction success", 200, context)
-
-
 class GenerationService:
-    """`decode(data, context) -> [GenerationRequest | HandlerError]`: the handler's per-request
-    decoding (rejections included); `reject(context, idx, err) -> bytes`: its error answer."""
+    """The step-per-call loop (or a whole batch per call) behind a Door (door.py): its requests
+    decoded, refused and streamed through the engine adapter."""
 
-    def __init__(self, engine: Engine, model_name: str, continuous: bool, decode: Callable, reject: Callable,
-                 send: Callable[[Any, dict[int, bytes]], None] = send_intermediate,
-                 warm_request: Optional[GenerationRequest] = None, max_running: int = 0,
-                 priority_of: Callable[[Any, int], Optional[str]] = lambda context, idx: None) -> None:
+    def __init__(self, engine: Engine, model_name: str, continuous: bool, door: Door,
+                 warm_request: Optional[GenerationRequest] = None, max_running: int = 0) -> None:
         self.engine = engine
         self.model_name = model_name
         self.continuous = continuous
-        self.decode = decode
-        self.reject = reject
-        self.send = send
+        self.door = door
         self.warm_request = warm_request
         self.live: dict[str, Generation] = {}  # request id -> its running sequence
         self.answered: dict[str, int] = {}  # request id -> responses sent so far
-        self.max_running = max_running
-        self.priority_of = priority_of
-        self.waiting: list[Generation] = []  # received, not yet running: by priority, then arrival
+        self.admission = Admission(max_running)
+
+    @property
+    def waiting(self) -> list[Generation]:
+        """Received, not yet running: by priority, then arrival."""
+        return self.admission.waiting
 
     def warm_up(self, size: int) -> None:
         """A few tokens for `size` sequences at once: the first calls' one-off costs paid at start-up."""
@@ -92,17 +85,15 @@ class GenerationService:
         results: list[Optional[bytes]] = [None] * len(data)
         fresh = [idx for idx in range(len(data)) if ids[idx] not in self.live]
         new: list[tuple[int, Generation]] = []
-        for idx, outcome in zip(fresh, self.decode([data[i] for i in fresh], context, fresh)):
-            priority = self.priority_of(context, idx)
-            if not isinstance(outcome, HandlerError) and priority is not None \
-                    and priority.strip().lower() not in PRIORITIES:
-                outcome = BadInput(f"X-Priority: {priority[:40]!r} is not one of high, normal, low")
-            if isinstance(outcome, HandlerError):
-                results[idx] = self.reject(context, idx, outcome)
+        for idx, outcome in zip(fresh, self.door.decode([data[i] for i in fresh], context, fresh)):
+            if not isinstance(outcome, HandlerError):
+                level = priority_level(self.door.priority(context, idx))
+                outcome = level if isinstance(level, HandlerError) else \
+                    Admission.make(self.engine, ids[idx], outcome, level)
+            if isinstance(outcome, HandlerError):  # its own refusal: the others go on
+                results[idx] = self.door.fail(context, idx, outcome)
             else:
-                seq = self.engine.new_sequence(ids[idx], outcome)
-                seq.priority = PRIORITIES[priority.strip().lower()] if priority is not None else 1
-                new.append((idx, seq))
+                new.append((idx, outcome))
         try:
             if self.continuous:
                 return self._one_step(context, ids, results, new, stats)
@@ -116,12 +107,12 @@ class GenerationService:
         self.engine.drop([seq.key for seq in self.engine.running])
         self.live.clear()
         self.answered.clear()
-        self.waiting.clear()
+        self.admission.clear()
         fault = ServerFault("generation failed (the model log has the traceback)")
         more: list[Optional[bool]] = [None] * len(results)
         for idx, result in enumerate(results):
             if result is None:  # a request the checks had refused keeps its own answer
-                results[idx] = self.reject(context, idx, fault)
+                results[idx] = self.door.fail(context, idx, fault)
                 more[idx] = True if ids[idx] in started else None  # a started stream ends with the error
         context.stopping_criteria = [_More(value) for value in more] if self.continuous else None
         return results
@@ -129,14 +120,12 @@ class GenerationService:
     # ---- continuous batching: one step per call ----------------------------------------------
     def _one_step(self, context, ids, results, new, stats) -> list[bytes]:
         self.live.update((seq.key, seq) for _, seq in new)
-        self.waiting.extend(seq for _, seq in new)
-        self.waiting.sort(key=lambda seq: seq.priority)  # stable: arrival order within a class
-        starting = self._starting()
-        if starting:  # their prefill is this call's work; the running ones advance at the next call
-            self.engine.admit(starting)
-            stats.first_tokens(starting)
+        self.admission.wait(seq for _, seq in new)
+        admitted = self.admission.admit(self.engine, self.admission.starting(self.engine.running))
+        if admitted:  # their prefill is this call's work; the running ones advance at the next call
+            stats.figures.first_tokens(admitted, lambda seq: seq.admitted_at)
         else:
-            stats.advanced(self.engine.step())
+            stats.figures.advanced(self.engine.step())
         more: list[Optional[bool]] = [None] * len(results)
         for idx, result in enumerate(results):
             if result is None:
@@ -145,21 +134,6 @@ class GenerationService:
         stats.figures.waiting = len(self.waiting)
         stats.emit(context, self.engine)
         return results
-
-    def _starting(self) -> list[Generation]:
-        """The waiting sequences that start now: every high-priority one, and others while fewer
-        than max_running non-high sequences run."""
-        room = float("inf") if self.max_running == 0 else \
-            self.max_running - sum(1 for seq in self.engine.running if seq.priority > 0)
-        starting, still = [], []
-        for seq in self.waiting:
-            if seq.priority == 0 or room > 0:
-                starting.append(seq)
-                room -= seq.priority > 0
-            else:
-                still.append(seq)
-        self.waiting = still
-        return starting
 
     def _answer(self, context, idx: int, seq: Generation) -> tuple[bytes, Optional[bool]]:
         """This call's answer for one sequence, and whether more follows (see _More)."""
@@ -193,8 +167,7 @@ class GenerationService:
             log.info("request %s left after %d tokens: its sequence is released", seq.key, seq.generated)
         for key in gone:
             self._forget(key)
-        if gone:
-            self.waiting = [seq for seq in self.waiting if seq.key in present]
+        self.admission.leave(gone)
         stats.figures.released = len(gone)
 
     # ---- plain batching: the whole batch in one call ---------------------------------------
@@ -212,16 +185,19 @@ class GenerationService:
                         context.set_response_content_type(idx, NDJSON)
                         chunks[idx] = json_bytes({"text": piece}) + b"\n"
             if chunks:
-                self.send(context, chunks)
+                self.door.stream(context, chunks)
 
-        sequences = [seq for _, seq in new]
-        self.engine.admit(sequences)
-        stats.first_tokens(sequences)
-        on_step(sequences)
-        while self.engine.running:
+        pending = Admission()  # every sequence of the batch, as the engine's KV budget makes room
+        pending.waiting = [seq for _, seq in new]
+        moved: list[Generation] = []
+        while True:
+            admitted = pending.admit(self.engine, pending.starting(self.engine.running))
+            stats.figures.first_tokens(admitted, lambda seq: seq.admitted_at)
+            on_step([*moved, *admitted])
+            if not (self.engine.running or pending.waiting):
+                break
             moved = self.engine.step()
-            stats.advanced(moved)
-            on_step(moved)
+            stats.figures.advanced(moved)
         for idx, seq in new:
             results[idx] = self._chunk(context, idx, seq)
         context.stopping_criteria = None
@@ -240,17 +216,6 @@ class _CallStats:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self.figures = Figures()
-
-    def first_tokens(self, sequences: Sequence[Generation]) -> None:
-        for seq in sequences:
-            self.figures.tokens += 1
-            self.figures.ttft_ms.append((seq.token_times[0] - seq.admitted_at) * 1000.0)
-
-    def advanced(self, sequences: Sequence[Generation]) -> None:
-        for seq in sequences:  # a speculative step can give a sequence several tokens at once
-            self.figures.tokens += seq.added
-            gap = (seq.token_times[-1] - seq.token_times[-1 - seq.added]) * 1000.0
-            self.figures.gaps_ms.extend([gap / seq.added] * seq.added)
 
     def emit(self, context, engine: Engine) -> None:
         metrics = getattr(context, "metrics", None)

@@ -1,39 +1,68 @@
-"""A generative family's engine and service over a loaded handler's model (imported only for them):
-step by step (continuous batching), a whole batch per call, or the engine loop (async mode)."""
+"""A generative family's serving put together: its engine over the loaded LM, and the loop for the
+archive's mode (a whole batch per call, a step per call, or the async engine loop), each facing the
+engine adapter through a Door and the family through its TextModel side (door.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from handlers.generation.async_serving import AsyncGenerationService
+from handlers.generation.door import Door, TextModel
 from handlers.generation.drafting import load_drafter
 from handlers.generation.engine import Engine
 from handlers.generation.metrics import loop_emitter
 from handlers.generation.prefix_cache import PrefixCache
 from handlers.generation.serving import GenerationService
-from handlers.kserve import header
-from handlers.request_parts import request_headers
+
+PLAIN, STEP, ASYNC = "plain", "step", "async"  # a whole batch per call, a step per call, the engine loop
 
 
-def priority_of(context, idx: int):
-    return header(request_headers(context, idx), "x-priority")
+@dataclass(frozen=True)
+class LoadedLM:
+    """What the loops need of the loaded model."""
+
+    lm: Any  # the Hugging Face causal LM
+    text: TextModel  # the family: tokens, text, ends, chat template, limits
+    settings: Any  # the family's settings (handlers/families/causal_lm.py CausalLMSettings)
+    model_name: str
+    model_dir: Path
+    device: Any = None  # torch.device; None: where the LM's weights are
+    autocast_dtype: Any = None
+
+
+def build(loaded: LoadedLM, door: Door, mode: str, metrics_context: Any = None):
+    """The service for `mode`; `metrics_context`: where the async loop reports between requests."""
+    settings = loaded.settings
+    cache = PrefixCache(int(settings.prefix_cache_mib * 2**20), settings.prefix_block_tokens) \
+        if settings.prefix_cache_mib > 0 else None
+    engine = Engine(loaded.lm, loaded.text.decode_text, loaded.text.eos_ids, loaded.text.check_model(loaded.lm),
+                    loaded.autocast_dtype, drafter=load_drafter(settings.speculation, loaded.model_dir,
+                                                                settings.draft_model),
+                    speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,
+                    prefix_cache=cache, device=loaded.device)
+    warm = loaded.text.example_request()
+    if mode == ASYNC:
+        return AsyncGenerationService(engine, loaded.model_name, door.decode, door.fail, family=loaded.text,
+                                      max_running=settings.max_running, priority_of=door.priority,
+                                      emit=loop_emitter(metrics_context, loaded.model_name), send=door.stream,
+                                      warm_request=warm)
+    return GenerationService(engine, loaded.model_name, mode == STEP, door, warm_request=warm,
+                             max_running=settings.max_running)
 
 
 def generation_service(handler, model_dir: Path, continuous: bool, asynchronous: bool = False):
-    lm, settings = handler.model.lm, handler.family.settings
-    cache = PrefixCache(int(settings.prefix_cache_mib * 2**20), settings.prefix_block_tokens) \
-        if settings.prefix_cache_mib > 0 else None
-    engine = Engine(lm, handler.family.decode_text, handler.family.eos_ids, handler.family.check_model(lm),
-                    handler.autocast_dtype, drafter=load_drafter(settings.speculation, model_dir,
-                                                                 settings.draft_model),
-                    speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,
-                    prefix_cache=cache, device=handler.device)
-    if asynchronous:
-        return AsyncGenerationService(engine, handler.model_name, handler.decode_each, handler.reject,
-                                      family=handler.family, max_running=settings.max_running,
-                                      priority_of=priority_of,
-                                      emit=loop_emitter(handler.metrics_context, handler.model_name),
-                                      warm_request=handler.family.example_request())
-    return GenerationService(engine, handler.model_name, continuous, handler.decode_each, handler.reject,
-                             warm_request=handler.family.example_request(), max_running=settings.max_running,
-                             priority_of=priority_of)
+    """The service for the handler: its loaded model, and the Door its engine adapter opens
+    (`handler.engine`, handlers/engines/)."""
+    engine = handler.engine
+
+    def priority(context, idx: int):
+        (request,) = engine.requests([None], context, None, [idx])
+        return request.header("x-priority")
+
+    loaded = LoadedLM(handler.model.lm, handler.family, handler.family.settings, handler.model_name, model_dir,
+                      handler.device, handler.autocast_dtype)
+    door = Door(decode=handler.decode_each, fail=handler.reject, stream=engine.send_intermediate, priority=priority)
+    mode = ASYNC if asynchronous else STEP if continuous else PLAIN
+    return build(loaded, door, mode, handler.metrics_context)

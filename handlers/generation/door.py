@@ -1,0 +1,51 @@
+"""What the generation loops need from around them, as two small interfaces: the model's text side
+(`TextModel`, met by the causal-LM family) and the engine adapter's side (`Door`, TorchServe's
+today). The loops call these and nothing else of the handler or the engine, so another engine plugs
+in by building another Door.
+
+A `context` here is whatever the adapter hands the loop with a batch and reads back its answers
+from; `idx` a request's place in it. The loops set a request's content type on it and, in the
+step-per-call mode, TorchServe's `stopping_criteria`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol, Union
+
+from handlers.errors import HandlerError
+from handlers.generation.params import GenerationRequest
+
+Decoded = Union[GenerationRequest, HandlerError]
+
+
+class TextModel(Protocol):
+    """The family's side: tokens and text, the model's ends, a request to warm up with."""
+
+    eos_ids: tuple[int, ...]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode_text(self, ids: Sequence[int]) -> str: ...
+
+    def check_model(self, lm: Any) -> int:
+        """The LM's longest sequence (positions), or a ConfigError when it cannot be served."""
+
+    def example_request(self) -> GenerationRequest: ...
+
+
+@dataclass(frozen=True)
+class Door:
+    """The engine adapter's side.
+
+    decode(bodies, context, indices): each request's GenerationRequest, or the HandlerError refusing it;
+    fail(context, idx, err): a refusal's bytes, its status set (its route's error shape);
+    stream(context, {idx: bytes}): chunks sent ahead of the answers, one message;
+    priority(context, idx): the request's X-Priority header as sent, or None.
+    """
+
+    decode: Callable[[list[Any], Any, list[int]], list[Decoded]]
+    fail: Callable[[Any, int, HandlerError], bytes]
+    stream: Callable[[Any, dict[int, bytes]], None]
+    priority: Callable[[Any, int], Optional[str]] = lambda context, idx: None
