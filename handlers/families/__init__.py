@@ -1,26 +1,25 @@
-"""Model families, registered in one place: a catalogue entry names its family here.
+"""Model families: what serving needs to know of a model's inputs and outputs (base.py), one module
+per family, registered in registry.py (`family_class(name)`, FAMILIES).
 
-A new family is a `Family` subclass in this folder and one line in FAMILIES.
+This package's own module imports no family: a family module importing its siblings
+(handlers.families.cases, ...) never meets a half-initialised package. `Family`, `FAMILIES` and
+`family_class` are still importable from here; they load on first use.
 """
 
 from __future__ import annotations
 
-from handlers.errors import ConfigError
-from handlers.families.base import Family
-from handlers.families.causal_lm import CausalLM
-from handlers.families.forecaster import QuantileForecaster
-from handlers.families.image_classifier import ImageClassifier
-from handlers.families.tensor import TensorModel
-from handlers.families.text_embedder import TextEmbedder
-
-FAMILIES: dict[str, type] = {family.name: family for family in (ImageClassifier, TextEmbedder, TensorModel, CausalLM,
-                                                             QuantileForecaster)}
-
-
-def family_class(name: str) -> type:
-    if name not in FAMILIES:
-        raise ConfigError(f"family {name!r} is not one of {sorted(FAMILIES)} (handlers/families/__init__.py)")
-    return FAMILIES[name]
-
+from typing import Any
 
 __all__ = ["FAMILIES", "Family", "family_class"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Family":
+        from handlers.families.base import Family
+
+        return Family
+    if name in ("FAMILIES", "family_class"):
+        from handlers.families import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'handlers.families' has no attribute {name!r}")
