@@ -1,0 +1,339 @@
+"""The Ray Serve launcher: a cluster on this host serving model archives, as serving/launcher.py
+starts TorchServe (tests and benchmarks can use either).
+
+    from serving.ray.launcher import RayServe
+
+    with RayServe("model_store", models=("digits",)) as ray_serve:
+        ray_serve.predict("digits", {"inputs": [[0] * 8] * 8}).json()
+
+What it does, and why:
+- A fresh temp folder per cluster (short: Ray's Unix sockets live under it) holding the head's
+  `--temp-dir`, the console log of every process it starts, key_file.json (TorchServe's format:
+  the inference key guards /predictions), the Serve config file it deploys and the unpacked archives.
+- One head node (`ray start --head --block`, dashboard off unless asked) and `worker_nodes` more
+  nodes joining it, each in a session of its own on free loopback ports (serving/ray/nodes.py).
+- The apps (serving/ray/serve_config.py, serving/ray/app.py) deployed by a driver process that
+  waits on Serve's status (serving/ray/deploy.py); Serve's HTTP proxy on a free loopback port.
+  `haproxy=True` sets RAY_SERVE_ENABLE_HA_PROXY=1: Serve's HAProxy ingress takes that port, its
+  files and admin ports moved into the cluster's folder and onto free ports.
+- Ready when every app runs and the proxy answers /-/healthz; a failure names the log to read.
+- Stop always (also on Ctrl-C and SIGTERM): each node's process group, then every process carrying
+  the cluster's marker variable (workers, proxies, HAProxy), SIGTERM then SIGKILL; then the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Optional
+
+import psutil
+import requests
+
+from serving import processes
+from serving.client import Body, Client, Endpoints, Tokens
+from serving.errors import LauncherError, StartupError
+from serving.ray import nodes, serve_config
+from serving.repo import REPO_ROOT
+from serving.ts_config import ModelSettings
+
+MARKER_ENV = "RAY_LAUNCHER_RUN"
+POLL_S = 0.25
+STOP_GRACE_S = 5.0
+LOG_TAIL_LINES = 30
+
+__all__ = ["RayServe", "MARKER_ENV", "session_processes"]
+
+
+def log(message: str) -> None:
+    print(f"[ray-launcher] {message}", file=sys.stderr, flush=True)
+
+
+def session_processes(marker: str) -> list[psutil.Process]:
+    """Every live process of one cluster (its marker variable's value), zombies left out."""
+    return [p for p in processes.tagged(MARKER_ENV, marker) if processes.process(p.pid) is not None]
+
+
+class RayServe:
+    """Context manager around one Ray cluster serving archives. Always stops it on exit."""
+
+    def __init__(
+        self,
+        model_store: str | Path,
+        *,
+        models: tuple[str, ...] | list[str],
+        settings: Mapping[str, ModelSettings] | None = None,
+        worker_nodes: int = 0,
+        num_cpus: Optional[int] = None,
+        haproxy: bool = False,
+        dashboard: bool = False,
+        env: Mapping[str, str] | None = None,
+        start_timeout_s: float = 180.0,
+        keep_workdir: Optional[bool] = None,
+    ) -> None:
+        self.model_store = Path(model_store).resolve()
+        self.apps = serve_config.plans(self.model_store, tuple(models), dict(settings or {}))
+        self.worker_nodes = worker_nodes
+        self.num_cpus = num_cpus or max(os.cpu_count() or 1, *(a.settings.min_workers * (a.settings.threads or 1)
+                                                               for a in self.apps))
+        self.haproxy = haproxy
+        self.dashboard = dashboard
+        self.extra_env = dict(env or {})
+        self.start_timeout_s = start_timeout_s
+        # RAY_LAUNCHER_KEEP=1 keeps every cluster's folder (logs, config) for a post-mortem.
+        self.keep_workdir = bool(os.environ.get("RAY_LAUNCHER_KEEP")) if keep_workdir is None else keep_workdir
+        self.workdir: Optional[Path] = None
+        self.head: Optional[nodes.NodeSpec] = None
+        self.started_s: Optional[float] = None  # seconds from start() to ready
+        self._nodes: list[subprocess.Popen] = []
+        self._client: Optional[Client] = None
+        self._old_sigterm: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> RayServe:
+        self._old_sigterm = processes.sigterm_as_interrupt()
+        try:
+            self.start()
+        except BaseException:
+            processes.restore_sigterm(self._old_sigterm)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            processes.restore_sigterm(self._old_sigterm)
+
+    def start(self) -> RayServe:
+        if self.workdir is not None:
+            raise LauncherError("this Ray cluster is already started")
+        began = time.monotonic()
+        self.workdir = Path(tempfile.mkdtemp(prefix="ray-"))
+        try:
+            self._start(began + self.start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.started_s = time.monotonic() - began
+        log(f"ready in {self.started_s:.1f} s: {', '.join(a.model for a in self.apps)} at {self.inference_url}")
+        return self
+
+    def stop(self) -> None:
+        """Idempotent: every process of the cluster ended, its folder removed (unless kept)."""
+        workdir, self.workdir = self.workdir, None
+        if workdir is None:
+            return
+        began = time.monotonic()
+        try:
+            # Each node's session (ray start, its daemons, their workers) and whatever carries the
+            # cluster's marker outside those groups (workers in groups of their own, HAProxy): SIGTERM
+            # to all at once, SIGKILL to what is left after the grace period, then a last sweep.
+            tagged = session_processes(str(workdir))
+            for node in self._nodes:
+                _signal_group(node, signal.SIGTERM)
+            alive = [p for p in (processes.process(n.pid) for n in self._nodes) if p is not None]
+            killed = processes.end(list({p.pid: p for p in [*alive, *tagged]}.values()), grace_s=STOP_GRACE_S)
+            for node in self._nodes:
+                _signal_group(node, signal.SIGKILL)
+                try:
+                    node.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    log(f"node process {node.pid} did not exit after SIGKILL")
+            late = session_processes(str(workdir))
+            processes.end(late, grace_s=0.0)
+            if killed or late:
+                log(f"{len(killed)} process(es) needed SIGKILL, {len(late)} more found after the nodes ended")
+        finally:
+            self._nodes.clear()
+            self._client = None
+            self.head = None
+            if self.keep_workdir:
+                log(f"kept {workdir}")
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
+            log(f"stopped in {time.monotonic() - began:.1f} s")
+
+    # -- starting --------------------------------------------------------------------------
+    def _start(self, deadline: float) -> None:
+        workdir = self._require_workdir()
+        (workdir / "tmp").mkdir()
+        (workdir / "archives").mkdir()
+        (workdir / "logs").mkdir()
+        key_file = _write_keys(workdir / "key_file.json")
+        env = self._env(workdir)
+        self.head = nodes.head(self.num_cpus, workdir / "session", self.dashboard)
+        self._start_node(self.head, env, deadline)
+        gcs = f"{nodes.HOST}:{self.head.ports['port']}"
+        for index in range(1, self.worker_nodes + 1):
+            self._start_node(nodes.worker(index, self.num_cpus, gcs), env, deadline)
+        http_port = processes.free_loopback_ports(1)[0]
+        config = serve_config.write(workdir / "serve.yaml", serve_config.serve_config(
+            self.apps, http_port, workdir / "archives", key_file))
+        self._deploy(gcs, config, env, deadline)
+        endpoints = Endpoints(inference=f"http://{nodes.HOST}:{http_port}", management="", metrics="")
+        self._client = Client(endpoints, Tokens.from_key_file(key_file))
+        self._wait_http(deadline)
+
+    def _env(self, workdir: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        path = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        env.update(
+            PYTHONPATH=os.pathsep.join(path),  # the replicas import serving.ray.app
+            TMPDIR=str(workdir / "tmp"),
+            RAY_USAGE_STATS_ENABLED="0",
+            **{MARKER_ENV: str(workdir)},
+        )
+        if self.haproxy:
+            haproxy_dir = workdir / "haproxy"
+            haproxy_dir.mkdir()
+            stats, metrics = processes.free_loopback_ports(2)
+            env.update(
+                RAY_SERVE_ENABLE_HA_PROXY="1",
+                RAY_SERVE_HAPROXY_CONFIG_FILE_LOC=str(haproxy_dir / "haproxy.cfg"),
+                RAY_SERVE_HAPROXY_SOCKET_PATH=str(haproxy_dir / "admin.sock"),
+                RAY_SERVE_HAPROXY_SERVER_STATE_BASE=str(haproxy_dir),
+                RAY_SERVE_HAPROXY_SERVER_STATE_FILE=str(haproxy_dir / "server-state"),
+                RAY_SERVE_HAPROXY_STATS_PORT=str(stats),
+                RAY_SERVE_HAPROXY_METRICS_PORT=str(metrics),
+            )
+        env.update(self.extra_env)
+        return env
+
+    def _start_node(self, node: nodes.NodeSpec, env: dict[str, str], deadline: float) -> None:
+        workdir = self._require_workdir()
+        console = workdir / "logs" / f"{node.name}.log"
+        with open(console, "ab") as out:
+            proc = subprocess.Popen(node.command(_ray_exe()), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    # Own session: a Ctrl-C in the terminal reaches us, not Ray; we stop it.
+                                    start_new_session=True)
+        self._nodes.append(proc)
+        port = node.ports["port"] if node.head else node.ports["node-manager-port"]
+        while not _listening(port):
+            if proc.poll() is not None:
+                raise StartupError(f"{node.name} node exited {proc.returncode}; read {console}\n{_tail(console)}")
+            if time.monotonic() > deadline:
+                raise StartupError(f"{node.name} node not listening on {port} after {self.start_timeout_s:.0f} s; "
+                                   f"read {console}\n{_tail(console)}")
+            time.sleep(POLL_S)
+        log(f"{node.name} node up (pid {proc.pid}, {'GCS' if node.head else 'raylet'} on {port})")
+
+    def _deploy(self, gcs: str, config: Path, env: dict[str, str], deadline: float) -> None:
+        workdir = self._require_workdir()
+        console = workdir / "logs" / "deploy.log"
+        timeout = max(1.0, deadline - time.monotonic())
+        with open(console, "ab") as out:
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", "serving.ray.deploy", "--address", gcs, "--config", str(config),
+                     "--timeout", f"{timeout:.0f}"],
+                    cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, timeout=timeout + 30, check=False)
+            except subprocess.TimeoutExpired:
+                done = None
+        if done is None or done.returncode != 0:
+            logs = workdir / "session" / "session_latest" / "logs" / "serve"
+            raise StartupError(f"the Serve apps did not start; read {console} and the replica logs in {logs}\n"
+                               f"{_tail(console)}")
+
+    def _wait_http(self, deadline: float) -> None:
+        url = f"{self.inference_url}/-/healthz"
+        while True:
+            try:
+                if requests.get(url, timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                logs = self._require_workdir() / "session" / "session_latest" / "logs" / "serve"
+                raise StartupError(f"Serve's HTTP proxy does not answer {url}; read the proxy logs in {logs}")
+            time.sleep(POLL_S)
+
+    # -- access ------------------------------------------------------------------------------
+    def _require_workdir(self) -> Path:
+        if self.workdir is None:
+            raise LauncherError("the Ray cluster is not running (use it as a context manager)")
+        return self.workdir
+
+    @property
+    def client(self) -> Client:
+        self._require_workdir()
+        if self._client is None:
+            raise LauncherError("the Ray cluster is not ready yet")
+        return self._client
+
+    @property
+    def tokens(self) -> Tokens:
+        return self.client.tokens
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return self.client.endpoints
+
+    @property
+    def inference_url(self) -> str:
+        return self.endpoints.inference
+
+    @property
+    def node_pids(self) -> tuple[int, ...]:
+        return tuple(n.pid for n in self._nodes)
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process of this cluster (memory figures, leak checks)."""
+        return session_processes(str(self._require_workdir()))
+
+    def predict(self, model: str, body: Body, content_type: str | None = None, **kwargs: Any) -> requests.Response:
+        return self.client.predict(model, body, content_type, **kwargs)
+
+
+def _ray_exe() -> Path:
+    exe = Path(sys.executable).parent / "ray"
+    if not exe.is_file():
+        raise LauncherError(f"{exe} not found: install ray[serve] (requirements/dev.txt) in {sys.prefix}")
+    return exe
+
+
+def _write_keys(path: Path) -> Path:
+    """key_file.json as TorchServe writes it (serving.client.Tokens reads it)."""
+    keys = {role: {"key": secrets.token_urlsafe(24)} for role in ("management", "inference", "API")}
+    path.write_text(json.dumps(keys, indent=2), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((nodes.HOST, port)) == 0
+
+
+def _signal_group(proc: subprocess.Popen, signum: signal.Signals) -> None:
+    """SIGTERM or SIGKILL to the node's whole process group (its session: start_new_session)."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    if pgid != proc.pid:  # not the group it leads: never signal someone else's group
+        return
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return
+
+
+def _tail(path: Path) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:])
+    except OSError:
+        return ""
