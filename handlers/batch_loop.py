@@ -21,7 +21,7 @@ import numpy as np
 
 from handlers import device
 from handlers.deadlines import BEFORE_DECODE, BEFORE_INFERENCE
-from handlers.errors import HandlerError, ServerFault
+from handlers.errors import HandlerError, OutOfMemory, ServerFault
 from handlers.prepared import Job, Prepared
 from handlers.profiling import region
 from handlers.protocols import Reply
@@ -138,6 +138,10 @@ class BatchLoop:
                             self._answer(job, answers[job.first:end], tokens and tokens[job.first:end])
                 clock.stop("postprocess", started)
                 attribute_gpu_time(clock, gpu.elapsed_ms())
+            except OutOfMemory as err:  # the GPU ran out on this batch: its 507; later ones run in pieces
+                for job in (job for job in batch.computing if job.items):
+                    job.refuse(err)
+                clock.stop("inference", started)
             except Exception:  # one request's items made the batch fail: each request again, on its own
                 log.exception("a batch of %d request(s) failed: computing each on its own", len(batch.computing))
                 self._one_by_one(batch)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
@@ -164,12 +165,11 @@ class GpuTimer:
 
 
 def nvml_errors() -> tuple[type[BaseException], ...]:
-    """What NVML raises through torch.cuda.utilization: pynvml.NVMLError is not a RuntimeError."""
-    try:
-        from pynvml import NVMLError
-    except ModuleNotFoundError:
-        return ()
-    return (NVMLError,)
+    """What NVML raises through torch.cuda.utilization: pynvml.NVMLError, not a RuntimeError. Read
+    from the bindings torch has loaded (evaluated as the exception is matched, after torch's call):
+    nvidia-ml-py is in the CUDA lock only."""
+    error = getattr(sys.modules.get("pynvml"), "NVMLError", None)
+    return (error,) if isinstance(error, type) else ()
 
 
 class GpuGauges:

@@ -123,9 +123,11 @@ class Handler(BatchLoop):
             from handlers.cuda_graphs import GraphedBuckets  # GPU workers only
 
             self.model = GraphedBuckets(self.model, self.device, self.autocast_dtype)
+        if self.device.type == "cuda" and not self.family.generates and not isinstance(self.model, OnnxModule):
+            self.model = device.MemoryGuard(self.model, self.device, max(self.buckets))  # out of memory: a 507
         if rt.warmup:
             warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
-            runtime.warm_up(warm, self.buckets)
+            device.warm_up(warm, self.buckets)  # a size that runs out of GPU memory ends it there
         if hasattr(self.model, "seal"):
             self.model.seal()
         self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")
