@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.errors import HandlerError
+from handlers.errors import HandlerError, OutOfMemory
 from handlers.generation.admission import HIGH, Admission, priority_level
 from handlers.generation.door import Door
 from handlers.generation.engine import Generation
@@ -208,3 +208,12 @@ def test_a_bad_priority_header_is_a_400_naming_it_and_a_sequence_not_made_is_a_5
     assert refused.status == 400 and "X-Priority" in refused.message
     fault = Admission.make(CountingEngine({"k"}), "k", request(1), 1)
     assert isinstance(fault, HandlerError) and fault.status == 500
+
+
+def test_the_engines_own_refusal_of_a_sequence_is_kept():
+    class OverBudget(CountingEngine):
+        def new_sequence(self, key, request):
+            raise OutOfMemory("this request's KV cache would be over the worker's budget")
+
+    refused = Admission.make(OverBudget(), "big", request(1), 1)
+    assert isinstance(refused, OutOfMemory) and refused.status == 507
