@@ -286,3 +286,16 @@ def warm_up(forward: Callable[[int], object], batch_sizes: Sequence[int]) -> Non
             torch.cuda.empty_cache()
             log.warning("warm-up stopped at batch %d: the GPU ran out of memory", size)
             return
+
+
+KV_CACHE_SHARE = 0.7  # of the GPU memory free once the LM is loaded; the rest: activations, the prefix cache
+
+
+def kv_cache_budget(device: Optional[torch.device]) -> int:
+    """The LM engine's KV-cache budget in bytes (handlers/generation/engine.py): on a GPU, a share of
+    the memory free when the worker starts (workers that start later on the same GPU see less free);
+    elsewhere 0, no limit."""
+    if device is None or torch.device(device).type != "cuda":
+        return 0
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free * KV_CACHE_SHARE)

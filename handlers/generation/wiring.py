@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from handlers.device import kv_cache_budget
 from handlers.generation.async_serving import AsyncGenerationService
 from handlers.generation.door import Door, TextModel
 from handlers.generation.drafting import load_drafter
@@ -41,7 +42,7 @@ def build(loaded: LoadedLM, door: Door, mode: str, metrics_context: Any = None):
                     loaded.autocast_dtype, drafter=load_drafter(settings.speculation, loaded.model_dir,
                                                                 settings.draft_model),
                     speculate_max_batch=settings.speculate_max_batch, max_draft_tokens=settings.max_draft_tokens,
-                    prefix_cache=cache, device=loaded.device)
+                    prefix_cache=cache, device=loaded.device, kv_budget_bytes=kv_cache_budget(loaded.device))
     warm = loaded.text.example_request()
     if mode == ASYNC:
         return AsyncGenerationService(engine, loaded.model_name, door.decode, door.fail, family=loaded.text,

@@ -54,3 +54,11 @@ def test_a_request_that_cannot_fit_alone_is_refused_when_it_is_made():
         engine.new_sequence("big", ids_request([1] * 10, new_tokens=11))
     assert refused.value.status == 507 and "fewer tokens" in refused.value.message
     engine.new_sequence("fits", ids_request([1] * 10, new_tokens=10))
+
+
+def test_a_gpu_workers_kv_budget_is_a_share_of_the_free_memory(monkeypatch):
+    from handlers import device
+
+    assert device.kv_cache_budget(None) == 0 and device.kv_cache_budget(torch.device("cpu")) == 0
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (10 * 2**30, 80 * 2**30))
+    assert device.kv_cache_budget(torch.device("cuda", 0)) == int(10 * 2**30 * device.KV_CACHE_SHARE)
