@@ -43,7 +43,7 @@ def test_sources():
         ({"weights": "m.pt"}, "family: the model family is required"),
         ({"family": "tensor"}, "weights"),
         ({**EAGER, "source": None}, "an eager archive needs one"),
-        ({**TORCHSCRIPT, "source": {"huggingface": "hf"}}, "a TorchScript or ONNX one has none"),
+        ({**TORCHSCRIPT, "source": {"huggingface": "hf"}}, "a TorchScript, ONNX or AOTInductor one has none"),
         ({**EAGER, "source": {"module": "m"}}, "expected {module, attribute"),
         ({**TORCHSCRIPT, "image_classifier": {"resize_size": 100}}, "resize_size: must be >= image_size"),
         ({**TORCHSCRIPT, "image_classifier": {"mean": [1, 2]}}, "one value or one per channel"),
