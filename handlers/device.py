@@ -270,13 +270,20 @@ class MemoryGuard:
         return self.module.parameters()
 
 
-def warm_up(forward: Callable[[int], object], batch_sizes: Sequence[int]) -> None:
-    """One forward pass per batch size, smallest first; a size that runs out of GPU memory ends the
-    warm-up there (logged) instead of stopping the worker: MemoryGuard has already made later
+def warm_calls(graph: str, device: torch.device) -> int:
+    """Forward passes per batch size in the warm-up: a TorchScript graph on CUDA specialises and
+    compiles its fusions (NVRTC) on the second call of a shape, so it gets two; anything else one."""
+    return 2 if graph == "torchscript" and device.type == "cuda" else 1
+
+
+def warm_up(forward: Callable[[int], object], batch_sizes: Sequence[int], calls: int = 1) -> None:
+    """`calls` forward passes per batch size, smallest first; a size that runs out of GPU memory ends
+    the warm-up there (logged) instead of stopping the worker: MemoryGuard has already made later
     batches run in pieces that fit."""
     for size in sorted(batch_sizes):
         try:
-            forward(size)
+            for _ in range(calls):
+                forward(size)
         except OutOfMemory as err:
             log.warning("warm-up stopped at batch %d: %s", size, err)
             return

@@ -127,7 +127,7 @@ class Handler(BatchLoop):
             self.model = device.MemoryGuard(self.model, self.device, max(self.buckets))  # out of memory: a 507
         if rt.warmup:
             warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
-            device.warm_up(warm, self.buckets)  # a size that runs out of GPU memory ends it there
+            device.warm_up(warm, self.buckets, device.warm_calls(rt.graph, self.device))  # out of memory: ends there
         if hasattr(self.model, "seal"):
             self.model.seal()
         self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")

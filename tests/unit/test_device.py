@@ -257,3 +257,10 @@ def test_an_out_of_memory_warm_up_stops_there_and_the_worker_lives(caplog):
     assert inner.seen == [1, 2, 4, 8] and guarded.max_rows == 4 and "warm-up stopped at batch 8" in caplog.text
     with pytest.raises(RuntimeError, match="not memory"):
         device.warm_up(lambda size: (_ for _ in ()).throw(RuntimeError("not memory")), (1,))
+
+
+def test_a_torchscript_graph_on_a_gpu_warms_each_size_twice():
+    seen = []
+    device.warm_up(seen.append, (4, 1, 2), device.warm_calls("torchscript", torch.device("cuda", 0)))
+    assert seen == [1, 1, 2, 2, 4, 4]  # the second call of a shape is where it compiles its fusions
+    assert device.warm_calls("torchscript", torch.device("cpu")) == device.warm_calls("eager", torch.device("cuda")) == 1
