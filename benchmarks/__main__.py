@@ -28,6 +28,8 @@ VERBS = {
                                                           "without it"),
     "device-check": ("benchmarks.bench.device_check", "every family on the CPU and CUDA in-process: agreement, "
                                                       "items/s, CUDA graphs, GPU memory"),
+    "variants": ("benchmarks.bench.export_variants", "each variant of a model built alone: export and build "
+                                                     "seconds, gate, size, time to ready, items/s"),
     "tune": ("benchmarks.tune.command", "batch size, delay, workers and variant per model (--mix: the whole "
                                         "server for a traffic mix); writes config.properties"),
     "reliability": ("benchmarks.reliability.suite", "bad input, faults, overload, deadlines, soak, security: "

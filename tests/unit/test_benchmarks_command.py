@@ -14,7 +14,9 @@ from benchmarks.load import cli
 
 pytestmark = pytest.mark.unit
 
-GPU_OWNED = {"device-check"}  # its own argparse (benchmarks/bench/device_check.py), registered as it is
+# Verbs whose modules keep their own argparse (benchmarks/bench/device_check.py, export_variants.py), registered as
+# they are: their --help works, their refusals are argparse's own.
+OWN_ARGPARSE = {"device-check", "variants"}
 # Modules others keep with their own argparse, registered as they are (their verbs' --help still works).
 OWN_PARSERS = ("device_check.py", "device_check_pack.py", "export_variants.py")
 # Flags a verb declares with another meaning than the shared option's: the tuner's space of worker counts.
@@ -56,7 +58,7 @@ def test_an_unknown_verb_is_refused_naming_the_closest(capsys):
     assert "unknown verb 'tuen'" in err and "did you mean 'tune'?" in err and "bench" in err
 
 
-@pytest.mark.parametrize("verb", sorted(set(VERBS) - GPU_OWNED))
+@pytest.mark.parametrize("verb", sorted(set(VERBS) - OWN_ARGPARSE))
 def test_an_unknown_option_is_refused_naming_the_closest_and_the_help(verb, capsys):
     with pytest.raises(SystemExit) as done:
         main([verb, "--model", "minilm", "--model-stroe", "x"])
@@ -71,7 +73,7 @@ def test_a_misspelt_option_gets_its_fix(capsys):
     assert "did you mean --wait-quiet?" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("verb", sorted(set(VERBS) - GPU_OWNED))
+@pytest.mark.parametrize("verb", sorted(set(VERBS) - OWN_ARGPARSE))
 def test_shared_options_parse_the_same_under_every_verb(verb, monkeypatch):
     parser = verb_parser(verb, monkeypatch)
     actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
