@@ -31,6 +31,7 @@ from benchmarks.load import cli
 from benchmarks.load.inputs import worker_requests
 from build.archive import BuildResult, build_entry
 from build.catalogue import Catalogue
+from build.errors import BuildError
 from serving.fake_context import FakeContext, extract
 from serving.repo import CATALOGUE, REPO_ROOT
 
@@ -115,7 +116,12 @@ def measure_model(catalogue: Catalogue, model: str, only, batch_sizes: Sequence[
     rows, handlers = [], {}
     for name, item in variants_of(catalogue, model, only):
         progress(f"{model} {name}: building alone")
-        result, export_s, build_s = build_one(catalogue, model, item, scratch / f"store-{model}-{name}", progress)
+        try:
+            result, export_s, build_s = build_one(catalogue, model, item, scratch / f"store-{model}-{name}", progress)
+        except BuildError as err:  # built alone, the variant is its entry's default: a failed export raises
+            rows.append(Row(name, gate=f"FAILED: {err}", archived=False))
+            progress(f"{model} {name}: not built ({err})")
+            continue
         line = result.variants[0]
         row = Row(name, None, round(export_s, 1), round(build_s, 1), line.gate, line.gate_worst)
         rows.append(row)
