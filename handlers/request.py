@@ -15,7 +15,6 @@ Routes show in two headers TorchServe's frontend adds: `explain` on the REST rou
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -23,6 +22,7 @@ from typing import Any, Optional
 
 from handlers.deadlines import Arrival, Due, due_of
 from handlers.errors import BadInput, HandlerError
+from handlers.request_parts import json_value
 
 PLAIN = "plain"  # /predictions/<model>
 KSERVE = "kserve"  # /v1/models/<m>:predict and /v2/models/<m>/infer
@@ -79,17 +79,7 @@ class Request:
     def json(self) -> Any:
         """The body as JSON, parsed at most once: a JSON value the engine parsed, or bytes / text parsed
         here. Raises BadInput when it is not JSON (the caller decides what that means)."""
-        body = self.body
-        if not isinstance(body, (bytes, bytearray, str)):
-            return body
-        try:
-            return json.loads(body if isinstance(body, str) else bytes(body).decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise BadInput(f"body: not UTF-8 ({err.reason} at byte {err.start})") from None
-        except RecursionError:
-            raise BadInput("body: JSON nested too deep") from None
-        except ValueError as err:
-            raise BadInput(f"body: malformed JSON ({err})"[:200]) from None
+        return json_value(self.body)
 
     @property
     def parsed_body(self) -> Any:

@@ -35,7 +35,6 @@ from build.errors import BuildError
 from serving.fake_context import FakeContext, extract
 from serving.repo import CATALOGUE, REPO_ROOT
 
-MODELS = ("efficientnet_lite0", "minilm")
 FIRST = ("eager", "torchscript", "aoti", "onnx")  # then the entry's other variants
 BATCH_SIZES = (1, 4, 8)
 THREADS = 1
@@ -198,7 +197,7 @@ def plot(model: str, rows: list[Row], batch_sizes: Sequence[int], path: Path) ->
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench.export_variants",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", help=f"repeatable; default: {', '.join(MODELS)}")
+    parser.add_argument("--model", action="append", required=True, help="a catalogue model; repeatable")
     parser.add_argument("--variant", action="append", help="repeatable; default: eager, torchscript, aoti, onnx "
                         "and the entry's other variants")
     parser.add_argument("--batch-size", action="append", type=int, help="repeatable; default: 1, 4, 8")
@@ -207,7 +206,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "reports")
     args = parser.parse_args(argv)
     catalogue = Catalogue.load(CATALOGUE)
-    models = args.model or list(MODELS)
+    models = args.model
     unknown = [m for m in models if m not in catalogue.names]
     if unknown:
         parser.error(f"--model {unknown[0]}: not in the catalogue ({', '.join(catalogue.names)})")
