@@ -19,12 +19,12 @@ from typing import Any, Optional
 import torch
 
 from handlers import device, runtime, self_check, tracing
+from handlers.aoti import load_aoti
 from handlers.batch_loop import BatchLoop, decode_fault
 from handlers.deadlines import ServiceTime
 from handlers.engines.torchserve import TorchServe
 from handlers.errors import ConfigError, HandlerError
 from handlers.families import Family, family_class
-from handlers.aoti import load_aoti
 from handlers.onnx_session import OnnxModule, load_onnx
 from handlers.openai import routes
 from handlers.openai.errors import OpenAIError
