@@ -42,10 +42,12 @@ class Door:
     decode(bodies, context, indices): each request's GenerationRequest, or the HandlerError refusing it;
     fail(context, idx, err): a refusal's bytes, its status set (its route's error shape);
     stream(context, {idx: bytes}): chunks sent ahead of the answers, one message;
-    priority(context, idx): the request's X-Priority header as sent, or None.
+    priority(context, idx): the request's X-Priority header as sent, or None;
+    metrics(context): the engine's MetricsSink for this call, or None.
     """
 
     decode: Callable[[list[Any], Any, list[int]], list[Decoded]]
     fail: Callable[[Any, int, HandlerError], bytes]
     stream: Callable[[Any, dict[int, bytes]], None]
     priority: Callable[[Any, int], Optional[str]] = lambda context, idx: None
+    metrics: Callable[[Any], Any] = lambda context: None

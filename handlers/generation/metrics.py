@@ -1,5 +1,5 @@
-"""Generation figures on Prometheus (through TorchServe's context.metrics, auto-detected), the same
-names in both modes: tokens made and tokens/s, time to first token and inter-token latency (sums
+"""Generation figures on Prometheus (through the engine adapter's MetricsSink, handlers/engines/), the
+same names in both modes: tokens made and tokens/s, time to first token and inter-token latency (sums
 and counts, so a dashboard divides rates), running and waiting sequences, KV-cache bytes, and the
 prefix cache's hits, misses and reuse."""
 
@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from handlers.engines import MetricsSink, model_dims
 
 COUNTERS = ("GenerationTokens", "GenerationFirstTokens", "GenerationTimeToFirstTokenMs", "GenerationInterTokens",
             "GenerationInterTokenMs", "GenerationReleasedOnDisconnect")
@@ -59,19 +61,15 @@ class TokenRate:
         return round(rate, 1)
 
 
-def emit(metrics, model_name: str, figures: Figures, engine, tokens_per_s: Optional[float] = None) -> None:
-    """Counters for what happened, gauges for the state now."""
-    from ts.metrics.dimension import Dimension
-    from ts.metrics.metric_type_enum import MetricTypes
-
-    def dims():
-        return [Dimension("ModelName", model_name), Dimension("Level", "Model")]
+def emit(metrics: MetricsSink, model_name: str, figures: Figures, engine, tokens_per_s: Optional[float] = None) -> None:
+    """Counters for what happened, gauges for the state now, into the engine's sink."""
+    dims = model_dims(model_name)
 
     def count(name: str, value: float) -> None:
-        metrics.add_metric(name, value, "Count", dimensions=dims(), metric_type=MetricTypes.COUNTER)
+        metrics.count(name, value, dims, "Count")
 
     def gauge(name: str, value: float, unit: str = "Count") -> None:
-        metrics.add_metric(name, value, unit, dimensions=dims(), metric_type=MetricTypes.GAUGE)
+        metrics.gauge(name, value, unit, dims)
 
     counters: Mapping[str, float] = {
         "GenerationTokens": figures.tokens, "GenerationFirstTokens": len(figures.ttft_ms),
@@ -96,14 +94,13 @@ def emit(metrics, model_name: str, figures: Figures, engine, tokens_per_s: Optio
         gauge("GenerationPrefixCacheBytes", cache.nbytes, "Bytes")
 
 
-def loop_emitter(context, model_name: str) -> Callable:
-    """The engine loop's reporter (its Figures, from the loop's thread) onto the metrics of the
-    context the worker was initialised with."""
+def loop_emitter(metrics: Optional[MetricsSink], model_name: str) -> Callable:
+    """The engine loop's reporter (its Figures, from the loop's thread) into the sink the engine
+    adapter gave the worker at start-up (None: nothing is reported)."""
     lock = threading.Lock()
     rate = TokenRate(every_s=0.0)  # the loop reports about once a second already
 
     def report(figures: Figures, engine) -> None:
-        metrics = getattr(context, "metrics", None)
         if metrics is None:
             return
         with lock:

@@ -132,7 +132,7 @@ class GenerationService:
                 results[idx], more[idx] = self._answer(context, idx, self.live[ids[idx]])
         context.stopping_criteria = [_More(value) for value in more]
         stats.figures.waiting = len(self.waiting)
-        stats.emit(context, self.engine)
+        stats.emit(self.door.metrics(context), self.engine)
         return results
 
     def _answer(self, context, idx: int, seq: Generation) -> tuple[bytes, Optional[bool]]:
@@ -201,7 +201,7 @@ class GenerationService:
         for idx, seq in new:
             results[idx] = self._chunk(context, idx, seq)
         context.stopping_criteria = None
-        stats.emit(context, self.engine)
+        stats.emit(self.door.metrics(context), self.engine)
         return results
 
 
@@ -217,8 +217,8 @@ class _CallStats:
         self.model_name = model_name
         self.figures = Figures()
 
-    def emit(self, context, engine: Engine) -> None:
-        metrics = getattr(context, "metrics", None)
+    def emit(self, metrics, engine: Engine) -> None:
+        """`metrics`: the engine adapter's MetricsSink for this call (None: nothing is reported)."""
         if metrics is None:
             return
         self.figures.running = len(engine.running)

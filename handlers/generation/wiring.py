@@ -33,8 +33,9 @@ class LoadedLM:
     autocast_dtype: Any = None
 
 
-def build(loaded: LoadedLM, door: Door, mode: str, metrics_context: Any = None):
-    """The service for `mode`; `metrics_context`: where the async loop reports between requests."""
+def build(loaded: LoadedLM, door: Door, mode: str, metrics: Any = None):
+    """The service for `mode`; `metrics`: the engine's MetricsSink the async loop reports into between
+    requests (None: it reports nothing)."""
     settings = loaded.settings
     cache = PrefixCache(int(settings.prefix_cache_mib * 2**20), settings.prefix_block_tokens) \
         if settings.prefix_cache_mib > 0 else None
@@ -47,7 +48,7 @@ def build(loaded: LoadedLM, door: Door, mode: str, metrics_context: Any = None):
     if mode == ASYNC:
         return AsyncGenerationService(engine, loaded.model_name, door.decode, door.fail, family=loaded.text,
                                       max_running=settings.max_running, priority_of=door.priority,
-                                      emit=loop_emitter(metrics_context, loaded.model_name), send=door.stream,
+                                      emit=loop_emitter(metrics, loaded.model_name), send=door.stream,
                                       warm_request=warm)
     return GenerationService(engine, loaded.model_name, mode == STEP, door, warm_request=warm,
                              max_running=settings.max_running)
@@ -64,6 +65,7 @@ def generation_service(handler, model_dir: Path, continuous: bool, asynchronous:
 
     loaded = LoadedLM(handler.model.lm, handler.family, handler.family.settings, handler.model_name, model_dir,
                       handler.device, handler.autocast_dtype)
-    door = Door(decode=handler.decode_each, fail=handler.reject, stream=engine.send_intermediate, priority=priority)
+    door = Door(decode=handler.decode_each, fail=handler.reject, stream=engine.send_intermediate, priority=priority,
+                metrics=engine.metrics)
     mode = ASYNC if asynchronous else STEP if continuous else PLAIN
-    return build(loaded, door, mode, handler.metrics_context)
+    return build(loaded, door, mode, engine.metrics(handler.metrics_context))

@@ -92,3 +92,33 @@ def test_the_handlers_import_and_serve_without_torchserve(tiny_dirs):
     assert result["statuses"] == [200, 400, 200]
     assert "outputs" in result["first"] or result["first"]
     assert "HandlerBatches" in result["metrics"]
+
+
+def test_the_generation_figures_go_into_the_engines_sink_without_torchserve(monkeypatch):
+    """generation/metrics.emit writes through the adapter's MetricsSink, never through `ts.metrics`."""
+    from types import SimpleNamespace
+
+    from handlers.generation.metrics import Figures, emit
+
+    for name in [name for name in sys.modules if name == "ts" or name.startswith("ts.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ts", None)  # `import ts...` raises ImportError here
+
+    calls = []
+
+    class Sink:
+        def time(self, name, ms, dims):
+            calls.append(("time", name, ms, dims))
+
+        def count(self, name, value, dims, unit=None):
+            calls.append(("count", name, value, dims))
+
+        def gauge(self, name, value, unit, dims):
+            calls.append(("gauge", name, value, dims))
+
+    engine = SimpleNamespace(cache_bytes=1024, prefix_cache=None)
+    emit(Sink(), "lm", Figures(tokens=3, ttft_ms=[5.0], running=2), engine, tokens_per_s=12.5)
+    got = {name: (kind, value) for kind, name, value, _ in calls}
+    assert got["GenerationTokens"] == ("count", 3) and got["GenerationTimeToFirstTokenMs"] == ("count", 5.0)
+    assert got["GenerationRunningSequences"] == ("gauge", 2) and got["GenerationTokensPerSecond"] == ("gauge", 12.5)
+    assert all(dims[:2] == (("ModelName", "lm"), ("Level", "Model")) for *_, dims in calls)
