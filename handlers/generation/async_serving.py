@@ -26,7 +26,7 @@ from typing import Any, Optional, Union
 
 from handlers import kserve
 from handlers.answers import set_status
-from handlers.batch_context import BatchContext
+from handlers.engines.batch_context import BatchContext
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import HandlerError
 from handlers.generation.admission import priority_level
