@@ -2,7 +2,9 @@
 recurrent TorchScript draft model (`draft.pt`, like the shipped example's), or a Hugging Face
 causal LM with the same tokenizer (the user's). A drafter keeps what it has read of each
 sequence, so each round it reads only the tokens the target model added since, and when the
-target model rejected part of a draft it steps back to the last accepted token.
+target model rejected part of a draft it steps back to the last accepted token. A draft model runs
+where the target model does (the engine moves it there): on a GPU, a CPU draft would cost a host
+round trip and the CPU's speed for every drafted token.
 """
 
 from __future__ import annotations
@@ -23,10 +25,16 @@ class Drafter(Protocol):
     def forget(self, key: str) -> None:
         """The sequence has ended: drop what is kept for it."""
 
+    def to(self, device: torch.device) -> Drafter:
+        """The drafter, running on `device` (where the target model is)."""
+
 
 class LookupDrafter:
     def draft(self, key: str, tokens: Sequence[int], count: int) -> list[int]:
         return lookup_draft(tokens, count)
+
+    def to(self, device: torch.device) -> LookupDrafter:
+        return self
 
     def forget(self, key: str) -> None:
         pass
@@ -48,6 +56,20 @@ class ModelDrafter:
 
     def __init__(self) -> None:
         self.read: dict[str, _Read] = {}
+        self.device = torch.device("cpu")  # where the model is loaded; `to` moves it
+
+    def to(self, device: torch.device) -> ModelDrafter:
+        """Moves the model (and drops what was read: its states were on the old device)."""
+        self.device = torch.device(device)
+        self._move(self.device)
+        self.read.clear()
+        return self
+
+    def _move(self, device: torch.device) -> None:
+        raise NotImplementedError
+
+    def ids(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], dtype=torch.long, device=self.device)
 
     def start(self):
         raise NotImplementedError
@@ -86,11 +108,14 @@ class RecurrentDrafter(ModelDrafter):
         super().__init__()
         self.module = module
 
+    def _move(self, device: torch.device) -> None:
+        self.module.to(device)
+
     def start(self):
-        return self.module.initial_state(1)
+        return self.module.initial_state(1).to(self.device)  # made on the host by the module
 
     def step(self, ids: list[int], state, length: int):
-        logits, state = self.module(torch.tensor([ids], dtype=torch.long), state)
+        logits, state = self.module(self.ids(ids), state)
         return logits[0, -1], state
 
 
@@ -102,6 +127,9 @@ class CausalLMDrafter(ModelDrafter):
         super().__init__()
         self.lm = lm
 
+    def _move(self, device: torch.device) -> None:
+        self.lm.to(device)
+
     def start(self):
         return None
 
@@ -112,14 +140,14 @@ class CausalLMDrafter(ModelDrafter):
         if state is not None:  # (layers, length): copy on write, so an older state stays valid
             cache = DynamicCache(ddp_cache_data=[(k[:, :, :length], v[:, :, :length]) for k, v in state],
                                  config=self.lm.config)
-        out = self.lm(input_ids=torch.tensor([ids], dtype=torch.long), past_key_values=cache, use_cache=True,
+        out = self.lm(input_ids=self.ids(ids), past_key_values=cache, use_cache=True,
                       logits_to_keep=1)
         return out.logits[0, -1].float(), [(layer.keys, layer.values) for layer in out.past_key_values.layers]
 
 
 def load_drafter(kind: str, model_dir, draft_model: str) -> Optional[Drafter]:
     """settings.causal_lm.speculation: off | lookup | draft (draft_model: a TorchScript file or a
-    Hugging Face folder in the archive)."""
+    Hugging Face folder in the archive). Loaded on the host: the engine moves it to the LM's device."""
     from pathlib import Path
 
     from handlers.errors import ConfigError

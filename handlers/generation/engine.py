@@ -66,13 +66,12 @@ class Engine:
                  prefix_cache: Optional[PrefixCache] = None, device: Optional[torch.device] = None,
                  kv_budget_bytes: int = 0) -> None:
         """`eos_id`: the end-of-text id, or several (any of them ends a sequence; the first pads).
-        `drafter`: speculative decoding (drafting.py) for greedy sequences, while the batch holds
+        `drafter`: speculative decoding (drafting.py, moved to `device`) for greedy sequences, while the batch holds
         at most `speculate_max_batch` of them. `prefix_cache`: prompts reuse cached prefixes.
         `device`: where the LM's weights are (default: where its first parameter is); every token id,
         mask and position is made there. `kv_budget_bytes`: the most the KV cache may take (0: no limit)."""
         self.lm = lm
         self.kv_budget_bytes = kv_budget_bytes
-        self.drafter = drafter
         self.prefix_cache = prefix_cache
         self.speculate_max_batch = speculate_max_batch
         self.max_draft_tokens = max_draft_tokens
@@ -83,6 +82,7 @@ class Engine:
         self.max_positions = max_positions
         self.autocast_dtype = autocast_dtype
         self.device = device if device is not None else next(lm.parameters()).device
+        self.drafter = drafter.to(self.device) if drafter is not None else None  # drafts where the LM runs
         self.running: list[Generation] = []
         self.kv: Optional[KVBatch] = None
 

@@ -106,6 +106,36 @@ def test_the_engines_prefix_cache_and_speculation_stay_on_the_device(feature):
         assert [generate(engine, request) for request in requests] == expected
 
 
+@pytest.mark.parametrize("kind", ["gru", "causal_lm"])
+def test_a_draft_model_drafts_on_the_targets_device(kind):
+    """The drafter runs where the target model does: its weights, state and ids on the device (an
+    eager draft module here, so the audit sees inside it), with the CPU's drafts."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from handlers.generation.drafting import CausalLMDrafter, RecurrentDrafter
+    from handlers.generation.engine import Engine
+    from models.tinylm.draft import RecurrentDraft
+
+    def drafter():
+        torch.manual_seed(4)
+        if kind == "gru":
+            return RecurrentDrafter(RecurrentDraft(211, embed=16, hidden=24).eval())
+        return CausalLMDrafter(GPT2LMHeadModel(GPT2Config(vocab_size=211, n_layer=1, n_head=2, n_embd=16,
+                                                          n_positions=128)).eval())
+
+    def drafts(engine):
+        return [engine.drafter.draft("a", [5, 6, 7, 8, 9], 4), engine.drafter.draft("a", [5, 6, 7, 8, 9, 1, 2], 3)]
+
+    base = random_engine(1)
+    expected = drafts(Engine(base.lm, base.decode, base.eos_id, base.max_positions, drafter=drafter()))
+    with virtual_cuda() as audit:
+        lm = random_engine(1).lm.to("cuda")
+        engine = Engine(lm, base.decode, base.eos_id, base.max_positions, drafter=drafter())
+        model = engine.drafter.module if kind == "gru" else engine.drafter.lm
+        assert audit.marked(next(model.parameters())), "the draft model is on the target's device"
+        assert drafts(engine) == expected
+
+
 def test_a_language_model_worker_on_a_gpu_id_warms_up_and_answers(tiny_dirs):
     """The step mode's handler, warm-up on (the async mode runs the same engine from its own thread,
     which the audit does not follow: the engine tests above cover it)."""
