@@ -39,6 +39,7 @@ VERBS = {
     "overload": ("benchmarks.reliability.overload", "open-loop overload on a small job queue"),
     "bad-input": ("benchmarks.reliability.badinput", "the bad-input corpus against every model"),
     "faults": ("benchmarks.reliability.faults", "a worker SIGKILLed under load, broken archives"),
+    "ray-node-loss": ("benchmarks.reliability.node_loss", "a Ray cluster node killed under load: 200/refused/lost, recovery"),
     "security": ("benchmarks.reliability.security", "token auth, limits, secrets"),
 }
 

@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 import psutil
 import requests
+import yaml
 
 from serving import processes
 from serving.client import Body, Client, Endpoints, Tokens
@@ -71,8 +72,9 @@ class RayServe:
         self,
         model_store: str | Path,
         *,
-        models: tuple[str, ...] | list[str],
+        models: tuple[str, ...] | list[str] = (),
         settings: Mapping[str, ModelSettings] | None = None,
+        serve_file: Optional[Path] = None,  # a Serve config file to deploy (make tune ENGINE=ray's) instead
         worker_nodes: int = 0,
         num_cpus: Optional[int] = None,
         haproxy: bool = False,
@@ -82,7 +84,9 @@ class RayServe:
         keep_workdir: Optional[bool] = None,
     ) -> None:
         self.model_store = Path(model_store).resolve()
-        self.apps = serve_config.plans(self.model_store, tuple(models), dict(settings or {}))
+        self.serve_file = serve_file
+        self.apps = (serve_config.read(serve_file, self.model_store) if serve_file is not None else
+                     serve_config.plans(self.model_store, tuple(models), dict(settings or {})))
         self.worker_nodes = worker_nodes
         self.num_cpus = num_cpus or max(os.cpu_count() or 1, *(a.settings.min_workers * (a.settings.threads or 1)
                                                                for a in self.apps))
@@ -179,7 +183,9 @@ class RayServe:
             self._start_node(nodes.worker(index, self.num_cpus, gcs), env, deadline)
         http_port = processes.free_loopback_ports(1)[0]
         config = serve_config.write(workdir / "serve.yaml", serve_config.serve_config(
-            self.apps, http_port, workdir / "archives", key_file))
+            self.apps, http_port, workdir / "archives", key_file) if self.serve_file is None else serve_config.localise(
+            yaml.safe_load(self.serve_file.read_text(encoding="utf-8")), self.model_store, http_port,
+            workdir / "archives", key_file))
         self._deploy(gcs, config, env, deadline)
         endpoints = Endpoints(inference=f"http://{nodes.HOST}:{http_port}", management="", metrics="")
         self._client = Client(endpoints, Tokens.from_key_file(key_file))

@@ -1,9 +1,15 @@
 """Ray Serve's config file for a set of archives: the file `serve deploy` and KubeRay's RayService
 take, written by the launcher for each cluster it starts.
 
-Per model: TorchServe's batchSize -> the app's `max_batch_size`, maxBatchDelay -> `batch_wait_timeout_s`,
-minWorkers -> `num_replicas`, threads -> `num_cpus` per replica. Values come from the caller's
-ModelSettings, else from the archive's model-config.yaml, else TorchServe's defaults.
+Per model: TorchServe's batchSize -> the app's `max_batch_size`, maxBatchDelay -> `batch_wait_timeout_s`
+(both in the app's args, read at start-up, and in the deployment's `user_config`, which Serve applies
+through `reconfigure` and lets an operator change without a restart), minWorkers -> `num_replicas`,
+threads -> `num_cpus` per replica. Values come from the caller's ModelSettings, else from the archive's
+model-config.yaml, else TorchServe's defaults.
+
+The file the tuner writes (`make tune ENGINE=ray`) is portable: archives named relative to the model
+store (`model_store/<name>.mar`), no key file, Serve's default port. `read` turns it back into plans;
+`localise` fills in one cluster's paths and port, and the KubeRay manifest its image's paths.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ DEPLOYMENT = "Archive"  # the one deployment of each app (serving/ray/app.py)
 # TorchServe's job_queue_size: requests a replica holds, waiting ones included (Serve's default is 5,
 # which would keep batches from filling).
 QUEUE_SIZE = 100
+SERVE_PORT = 8000  # Serve's default HTTP port (the RayService's serve Service targets it)
+PORTABLE_UNPACK_ROOT = "/tmp"
 
 
 def archive_settings(mar: Path) -> ModelSettings:
@@ -48,26 +56,31 @@ class AppPlan:
     archive: Path
     settings: ModelSettings
 
-    def application(self, unpack_root: Path, key_file: Optional[Path]) -> dict[str, Any]:
+    def application(self, unpack_root: Path | str, key_file: Optional[Path | str], archive: Optional[str] = None,
+                    max_replicas_per_node: Optional[int] = None) -> dict[str, Any]:
         s = self.settings
+        batching = {"max_batch_size": s.batch_size, "batch_wait_timeout_s": s.max_batch_delay_ms / 1000.0}
+        deployment: dict[str, Any] = {
+            "name": DEPLOYMENT,
+            "num_replicas": s.min_workers,
+            "max_ongoing_requests": max(QUEUE_SIZE, s.batch_size),
+            "ray_actor_options": {"num_cpus": s.threads or 1},
+            "user_config": batching,
+        }
+        if max_replicas_per_node is not None:
+            deployment["max_replicas_per_node"] = max_replicas_per_node
         return {
             "name": self.model,
             "route_prefix": f"/predictions/{self.model}",
             "import_path": IMPORT_PATH,
             "args": {
                 "model": self.model,
-                "archive": str(self.archive),
+                "archive": str(self.archive) if archive is None else archive,
                 "unpack_root": str(unpack_root),
                 "key_file": "" if key_file is None else str(key_file),
-                "max_batch_size": s.batch_size,
-                "batch_wait_timeout_s": s.max_batch_delay_ms / 1000.0,
+                **batching,
             },
-            "deployments": [{
-                "name": DEPLOYMENT,
-                "num_replicas": s.min_workers,
-                "max_ongoing_requests": max(QUEUE_SIZE, s.batch_size),
-                "ray_actor_options": {"num_cpus": s.threads or 1},
-            }],
+            "deployments": [deployment],
         }
 
 
@@ -84,12 +97,66 @@ def plans(model_store: Path, models: tuple[str, ...], settings: Mapping[str, Mod
     return tuple(out)
 
 
-def serve_config(apps: tuple[AppPlan, ...], http_port: int, unpack_root: Path, key_file: Optional[Path]) -> dict[str, Any]:
+def serve_config(apps: tuple[AppPlan, ...], http_port: int, unpack_root: Path, key_file: Optional[Path],
+                 max_replicas_per_node: Optional[int] = None) -> dict[str, Any]:
+    """One cluster's file: local archives, its key file, its port (the launcher's)."""
     return {
         "proxy_location": "HeadOnly",
         "http_options": {"host": "127.0.0.1", "port": http_port},
-        "applications": [app.application(unpack_root, key_file) for app in apps],
+        "applications": [app.application(unpack_root, key_file, max_replicas_per_node=max_replicas_per_node)
+                         for app in apps],
     }
+
+
+def portable(apps: tuple[AppPlan, ...], max_replicas_per_node: Optional[int] = None) -> dict[str, Any]:
+    """The tuner's file: archives relative to the model store, no key file, Serve's default port."""
+    return {
+        "proxy_location": "HeadOnly",
+        "http_options": {"host": "127.0.0.1", "port": SERVE_PORT},
+        "applications": [app.application(PORTABLE_UNPACK_ROOT, None, f"model_store/{app.archive.name}",
+                                          max_replicas_per_node) for app in apps],
+    }
+
+
+def _setting(app: Mapping[str, Any], deployment: Mapping[str, Any], key: str, default: Any) -> Any:
+    user = deployment.get("user_config") or {}
+    return user.get(key, (app.get("args") or {}).get(key, default))
+
+
+def read(path: Path, model_store: Path) -> tuple[AppPlan, ...]:
+    """The plans a Serve config file of ours describes, archives found in `model_store`."""
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        out = []
+        for app in config["applications"]:
+            (deployment,) = [d for d in app["deployments"] if d["name"] == DEPLOYMENT]
+            threads = (deployment.get("ray_actor_options") or {}).get("num_cpus", 1)
+            replicas = int(deployment.get("num_replicas", 1))
+            settings = ModelSettings(batch_size=int(_setting(app, deployment, "max_batch_size", 1)),
+                                     max_batch_delay_ms=round(1000 * float(_setting(app, deployment,
+                                                                                    "batch_wait_timeout_s", 0.1))),
+                                     min_workers=replicas, max_workers=replicas, threads=int(threads))
+            out.append(AppPlan(app["args"]["model"], (model_store / Path(app["args"]["archive"]).name).resolve(),
+                               settings))
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a Serve config of ours ({type(exc).__name__}: {exc}); write it with "
+                          "make tune ENGINE=ray") from exc
+    missing = [a.archive.name for a in out if not a.archive.is_file()]
+    if missing:
+        raise ConfigError(f"{path} serves {', '.join(missing)}, missing in {model_store} (build: .venv/bin/python -m build)")
+    return tuple(out)
+
+
+def localise(config: Mapping[str, Any], model_store: Path, http_port: int, unpack_root: Path,
+             key_file: Optional[Path]) -> dict[str, Any]:
+    """A portable file made runnable on one cluster here: its archives, port, unpack folder and key file."""
+    out = yaml.safe_load(yaml.safe_dump(dict(config)))  # a deep copy
+    out["http_options"] = {**(out.get("http_options") or {}), "host": "127.0.0.1", "port": http_port}
+    for app in out["applications"]:
+        args = app["args"]
+        args.update(archive=str((model_store / Path(args["archive"]).name).resolve()), unpack_root=str(unpack_root),
+                    key_file="" if key_file is None else str(key_file))
+    return out
 
 
 def write(path: Path, config: Mapping[str, Any]) -> Path:

@@ -1,0 +1,101 @@
+"""Ray Serve's config file as the tuner writes it (portable, read back, made local) and the KubeRay
+RayService made from it, validated offline against KubeRay's vendored CRD and Serve's own schema."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deployment.errors import DeployError, ValidationFailed
+from deployment.kuberay import rayservice
+from serving.errors import ConfigError
+from serving.ray import serve_config
+from serving.ts_config import ModelSettings
+
+
+def make_mar(store: Path, name: str) -> Path:
+    mar = store / f"{name}.mar"
+    with zipfile.ZipFile(mar, "w") as archive:
+        archive.writestr("model-config.yaml", yaml.safe_dump({"batchSize": 2, "handler": {"family": "tensor"}}))
+        archive.writestr("MAR-INF/MANIFEST.json", json.dumps({"model": {"modelName": name, "modelVersion": "1.0"}}))
+    return mar
+
+
+@pytest.fixture
+def tuned(tmp_path: Path) -> Path:
+    """A tuned file for two models: a (2 replicas of 2 CPUs, batch 8, 5 ms) and b (the archive's values)."""
+    store = tmp_path / "model_store"
+    store.mkdir()
+    for name in ("a", "b"):
+        make_mar(store, name)
+    plans = serve_config.plans(store, ("a", "b"), {"a": ModelSettings(batch_size=8, max_batch_delay_ms=5,
+                                                                      min_workers=2, max_workers=2, threads=2)})
+    return serve_config.write(tmp_path / "ray-serve.yaml", serve_config.portable(plans))
+
+
+def test_the_tuned_file_carries_the_plan_in_user_config_and_reads_back(tuned: Path) -> None:
+    config = yaml.safe_load(tuned.read_text())
+    a = config["applications"][0]
+    (deployment,) = a["deployments"]
+    assert deployment["user_config"] == {"max_batch_size": 8, "batch_wait_timeout_s": 0.005}
+    assert (deployment["num_replicas"], deployment["ray_actor_options"]) == (2, {"num_cpus": 2})
+    assert a["args"]["archive"] == "model_store/a.mar" and a["args"]["key_file"] == ""
+    a_plan, b_plan = serve_config.read(tuned, tuned.parent / "model_store")
+    assert a_plan.settings == ModelSettings(batch_size=8, max_batch_delay_ms=5, min_workers=2, max_workers=2, threads=2)
+    assert (b_plan.settings.batch_size, b_plan.settings.threads) == (2, 1)
+    assert a_plan.archive == (tuned.parent / "model_store" / "a.mar").resolve()
+
+
+def test_user_config_wins_over_the_args_and_a_missing_archive_is_named(tuned: Path, tmp_path: Path) -> None:
+    config = yaml.safe_load(tuned.read_text())
+    config["applications"][0]["deployments"][0]["user_config"]["max_batch_size"] = 16
+    serve_config.write(tuned, config)
+    assert serve_config.read(tuned, tmp_path / "model_store")[0].settings.batch_size == 16
+    with pytest.raises(ConfigError, match="a.mar, b.mar, missing in"):
+        serve_config.read(tuned, tmp_path)
+
+
+def test_localise_points_the_file_at_this_hosts_archives_port_and_keys(tuned: Path, tmp_path: Path) -> None:
+    local = serve_config.localise(yaml.safe_load(tuned.read_text()), tmp_path / "model_store", 8123,
+                                  tmp_path / "unpacked", tmp_path / "key_file.json")
+    args = local["applications"][0]["args"]
+    assert local["http_options"] == {"host": "127.0.0.1", "port": 8123}
+    assert args["archive"] == str((tmp_path / "model_store" / "a.mar").resolve())
+    assert (args["unpack_root"], args["key_file"]) == (str(tmp_path / "unpacked"), str(tmp_path / "key_file.json"))
+
+
+def test_the_rayservice_is_sized_by_the_plan_and_validates(tuned: Path, tmp_path: Path) -> None:
+    size, files = rayservice.write(tuned, tmp_path / "kuberay", worker_memory_mib=3072)
+    assert (size.worker_pods, size.cpus_per_pod) == (3, 2)  # a: 2 replicas, b: 1; the largest replica: 2 CPUs
+    doc = yaml.safe_load(files[0].read_text())
+    workers = doc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    assert (workers["replicas"], workers["rayStartParams"]) == (3, {"num-cpus": "2"})
+    assert workers["template"]["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "2", "memory": "3072Mi"}
+    served = yaml.safe_load(doc["spec"]["serveConfigV2"])
+    assert served["applications"][0]["args"]["archive"] == f"{rayservice.MODEL_STORE}/a.mar"
+    assert served["applications"][0]["deployments"][0]["user_config"]["max_batch_size"] == 8
+    assert "rayservice.yaml: valid" in rayservice.validate(doc)
+    assert "COPY --chown=ray model_store/a.mar" in files[2].read_text()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d["spec"]["rayClusterConfig"]["workerGroupSpecs"][0].update(replica=3), "'replica' was unexpected"),
+    (lambda d: d["spec"]["rayClusterConfig"]["headGroupSpec"]["rayStartParams"].update({"num-cpus": 0}),
+     "0 is not of type 'string'"),
+    (lambda d: d["spec"].update(serveConfigV2=d["spec"]["serveConfigV2"].replace("num_replicas", "num_replica")),
+     "serveConfigV2 is not a Ray Serve config"),
+])
+def test_a_wrong_field_fails_validation(tuned: Path, change, message: str) -> None:
+    doc = rayservice.manifest(yaml.safe_load(tuned.read_text()), rayservice.Sizing(1, 1, 1024))
+    change(doc)
+    with pytest.raises(ValidationFailed, match=message):
+        rayservice.validate(doc)
+
+
+def test_no_tuned_file_names_the_command_that_writes_it(tmp_path: Path) -> None:
+    with pytest.raises(DeployError, match="make tune ENGINE=ray"):
+        rayservice.write(tmp_path / "ray-serve.yaml", tmp_path / "out")
