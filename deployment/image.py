@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from deployment import gpu
 from deployment.inputs import Inputs
 from deployment.layout import HOME, IMAGE, KEY_FILE, PROBE, UID, USER, Layout
 from serving import ts_config
@@ -61,9 +62,10 @@ def server_properties(inputs: Inputs, layout: Layout, extra: Mapping[str, str] =
         # by everything in the cluster network (the workflow API's lock: config_text).
         disable_token_authorization="false",
         enable_model_api="false",
-        # The store holds the mix's archives only; models= keeps their tuned values (threads too).
+        # The store holds the mix's archives only; models= keeps their tuned values (threads too), or
+        # on a GPU replica the GPU plan (deployment/gpu.py: a worker per GPU, its threads, a device's batch).
         load_models="all",
-        models=format_models(inputs.entries),
+        models=format_models(gpu.entries(inputs)),
         vmargs=_absolute_log4j(props.get("vmargs", ""), layout.log4j),
     )
     props.update(extra)

@@ -9,6 +9,11 @@ TorchServe ignores the `threads` key; the worker reads it from the configuration
 started from, however it was started (handlers/frontend.py). A snapshot keeps `models=` as it was
 read, `threads` included. Where no plan names this model, the cores are shared among every
 loaded model's workers, as far as the configuration tells how many there are.
+
+On a GPU host (`gpu_plan`, which `make deploy GPU=1` writes) the placement is TorchServe's: one
+worker per GPU for each model, gpu_ids round robin; a GPU worker's threads are its CPU side (JPEG
+decoding, tokenising, the host copies), so the cores are shared among the GPU workers, and its
+batch is a device's, not the CPU tune's.
 """
 
 from __future__ import annotations
@@ -101,6 +106,33 @@ def _default_workers(props: Mapping[str, str], gpus: Optional[int] = None) -> in
     found = visible_gpus() if gpus is None else gpus
     asked = _int(props.get("number_of_gpu"), default=found)
     return min(found, asked) if min(found, asked) > 0 else (os.cpu_count() or 1)
+
+
+# A model's batch on a GPU where no tune on the device wrote one: the smallest of the tuner's gpu space
+# (benchmarks/tune/space.py) at which a forward pass stops being launch-bound on the shipped models.
+GPU_BATCH_SIZE = 32
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """One model's values on a GPU host: `workers` (minWorkers = maxWorkers) one per GPU, `threads`
+    per worker (its decode pool and host-side work), `batch_size` for the device."""
+
+    workers: int
+    threads: int
+    batch_size: int
+
+
+def gpu_plan(gpus: int, cores: int, gpu_models: int, tuned_batch: int = 1) -> GpuPlan:
+    """The plan for each of `gpu_models` models served on `gpus` GPUs with `cores` CPUs for their
+    workers: one worker per GPU per model (TorchServe's default placement, ConfigManager.getDefaultWorkers),
+    the cores shared among those workers (at least one thread each), and a batch of at least
+    GPU_BATCH_SIZE (a CPU tune's larger batch is kept)."""
+    if gpus < 1 or gpu_models < 1:
+        raise ConfigError(f"a GPU plan needs GPUs and models on them, got {gpus} GPU(s) and {gpu_models} model(s)")
+    workers = gpus
+    return GpuPlan(workers=workers, threads=max(1, cores // (workers * gpu_models)),
+                   batch_size=max(GPU_BATCH_SIZE, tuned_batch))
 
 
 def _int(value: Optional[str], default: int = 0) -> int:

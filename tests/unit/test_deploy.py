@@ -3,6 +3,7 @@ plan's arithmetic and the errors that name their fix. No server, no cluster."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -236,3 +237,49 @@ def test_pip_install_r_requirements_txt_installs_the_images_serve_lock() -> None
              if line.strip() and not line.startswith("#")]
     assert lines == [f"--extra-index-url {image.TORCH_CPU_INDEX}", f"-r {image.SERVE_LOCK}"]
     assert "--hash=sha256:" in (REPO_ROOT / image.SERVE_LOCK).read_text()
+
+
+def _models(config: Path) -> dict:
+    from serving.properties import read
+
+    return {name: next(iter(versions.values())) for name, versions in json.loads(read(config)["models"]).items()}
+
+
+@pytest.mark.parametrize("cpu_only", [False, True])
+def test_a_gpu_deployment_writes_the_gpu_plan(tmp_path: Path, cpu_only: bool) -> None:
+    """GPU=1: each model that may run on the GPU gets one worker per GPU, the pod's cores shared among
+    those workers (their decode threads) and a device's batch; a CPU-only archive (deviceType: cpu)
+    keeps its tuned values, and so does every model without GPU=1."""
+    import zipfile
+
+    from handlers.plan import GPU_BATCH_SIZE
+
+    repo = tmp_path / "repo"
+    (repo / "model_store").mkdir(parents=True)
+    for name in ("minilm", "efficientnet_lite0"):
+        with zipfile.ZipFile(repo / "model_store" / f"{name}.mar", "w") as mar:
+            mar.writestr("model-config.yaml", "deviceType: cpu\n" if cpu_only and name == "efficientnet_lite0" else
+                         "handler: {}\n")
+    shutil.copy(REPO_ROOT / "log4j2.xml", repo / "log4j2.xml")
+    shares = {"minilm": (0.7, 50.0, 2, 2, 6, 1), "efficientnet_lite0": (0.3, 100.0, 2, 2, 3, 2)}  # 8 cores
+    write_mix_config(REPO_ROOT / "config.properties", repo / "config.properties", mix_record(shares))
+    for gpus in (1, 2):
+        out = tmp_path / f"gpu{gpus}"
+        cli.generate(repo, repo / "config.properties", out, PlanOptions(), gpus=gpus)
+        validate.check(out, progress=lambda _: None)
+        for config in (out / "image" / "config.properties", out / "kserve" / "model-root" / "config" / "config.properties"):
+            models = _models(config)
+            minilm, effnet = models["minilm"], models["efficientnet_lite0"]
+            gpu_models = 1 if cpu_only else 2
+            cores_left = 8 - (4 if cpu_only else 0)
+            assert (minilm["minWorkers"], minilm["maxWorkers"]) == (gpus, gpus), config
+            assert minilm["threads"] == max(1, cores_left // (gpus * gpu_models)), config
+            assert minilm["batchSize"] == GPU_BATCH_SIZE and minilm["maxBatchDelay"] == 1
+            if cpu_only:
+                assert (effnet["minWorkers"], effnet["threads"], effnet["batchSize"]) == (2, 2, 3)
+            else:
+                assert (effnet["minWorkers"], effnet["threads"], effnet["batchSize"]) == (gpus, 4 // gpus, GPU_BATCH_SIZE)
+    cpu = tmp_path / "cpu"
+    generate(repo, cpu)
+    models = _models(cpu / "image" / "config.properties")
+    assert [(m["minWorkers"], m["threads"], m["batchSize"]) for m in models.values()] == [(2, 2, 6), (2, 2, 3)]

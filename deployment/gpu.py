@@ -1,0 +1,52 @@
+"""A GPU replica's models= (make deploy GPU=1): handlers/plan.py's GPU plan over the tuned entries.
+
+The tuned values were measured on CPUs: a CPU plan on a GPU host would leave each model one worker
+with one thread for its JPEG decoding and a CPU's batch. Each model whose archive may run on a GPU
+(no `deviceType: cpu` in its model-config.yaml) gets one worker per GPU, the cores left by the
+CPU-only models shared among those workers, and a device's batch; its delay and timeout are kept.
+A CPU-only model (an ONNX or int8 variant) keeps its tuned values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from deployment.inputs import Inputs
+from handlers.plan import gpu_plan
+from serving.ts_config import ModelEntry
+
+
+def runs_on_cpu(archive: Path) -> bool:
+    """The archive pins its workers to the CPU (deviceType: cpu); unreadable: it may take a GPU."""
+    try:
+        with zipfile.ZipFile(archive) as mar:
+            config = yaml.safe_load(mar.read("model-config.yaml")) or {}
+    except (OSError, KeyError, zipfile.BadZipFile, yaml.YAMLError):
+        return False
+    return isinstance(config, dict) and str(config.get("deviceType", "")).lower() == "cpu"
+
+
+def entries(inputs: Inputs) -> tuple[ModelEntry, ...]:
+    """models= for a replica with `inputs.gpus` GPUs (the tuned entries where there are none)."""
+    if not inputs.gpus:
+        return inputs.entries
+    on_cpu = {e.name for e in inputs.entries if runs_on_cpu(inputs.archives[e.name])}
+    cpu_cores = sum(e.settings.max_workers * (e.settings.threads or 1) for e in inputs.entries if e.name in on_cpu)
+    on_gpu = [e for e in inputs.entries if e.name not in on_cpu]
+    if not on_gpu:
+        return inputs.entries
+    cores = max(1, inputs.mix.cores - cpu_cores)
+    out = []
+    for entry in inputs.entries:
+        if entry.name in on_cpu:
+            out.append(entry)
+            continue
+        plan = gpu_plan(inputs.gpus, cores, len(on_gpu), entry.settings.batch_size)
+        settings = dataclasses.replace(entry.settings, min_workers=plan.workers, max_workers=plan.workers,
+                                       threads=plan.threads, batch_size=plan.batch_size)
+        out.append(dataclasses.replace(entry, settings=settings))
+    return tuple(out)
