@@ -20,6 +20,6 @@ class AsyncHandler(Handler):
             return None
         if self.generation is None or not hasattr(self.generation, "loop"):
             raise ConfigError(f"{self.model_name}: the asynchronous worker mode serves causal_lm with mode: async")
-        answers = await self.generation.handle(data, context)
-        self.engine.reply(context, self.engine.requests(data, context, None), [None] * len(data))
-        return answers
+        requests = self.engine.requests(data, context, None)
+        replies = await self.generation.serve(requests, context)
+        return self.engine.reply(context, requests, replies)

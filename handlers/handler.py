@@ -29,11 +29,12 @@ from handlers.onnx_session import OnnxModule, load_onnx
 from handlers.openai import routes
 from handlers.openai.errors import OpenAIError
 from handlers.profiling import make_profiler, region
+from handlers.protocols import Reply
 from handlers.protocols.kserve import KServeRoute
 from handlers.protocols.openai import OpenAI
 from handlers.protocols.plain import Plain
 from handlers.repeats import BatchCache
-from handlers.request import KSERVE, OPENAI, PLAIN
+from handlers.request import KSERVE, OPENAI, PLAIN, Request
 from handlers.response_cache import ResponseCache
 from handlers.settings import SERIALISED_GRAPHS, HandlerSettings
 from handlers.worker_threads import worker_threads
@@ -184,20 +185,28 @@ class Handler(BatchLoop):
                 # Reached only in step mode: the async service answers OpenAI's routes before decoding.
                 outcomes.append(OpenAIError(routes.STEP_MODE_HAS_NO_OPENAI, status=404))
                 continue
-            try:
-                if request.error is not None:
-                    raise request.error
-                outcomes.append(self.family.decode(request.body, request.media_type))
-            except HandlerError as err:
-                outcomes.append(err)
-            except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
-                outcomes.append(decode_fault(request.index))
+            outcomes.append(self.decode_request(request))
         return outcomes
+
+    def decode_request(self, request: Request) -> Any:
+        """One request's item decoded by the family, or the HandlerError rejecting it."""
+        try:
+            if request.error is not None:
+                raise request.error
+            return self.family.decode(request.body, request.media_type)
+        except HandlerError as err:
+            return err
+        except Exception:  # a fault of ours no check foresaw: this request's 500, the batch goes on
+            return decode_fault(request.index)
+
+    def refusal(self, request: Request, err: HandlerError) -> Reply:
+        """A refused request's Reply in its route's error shape."""
+        return self.protocols[request.route].error(err)
 
     def reject(self, context, idx: int, err: HandlerError) -> bytes:
         """A refused request's body in its route's error shape, its status written."""
         (request,) = self.engine.requests([None], context, None, [idx])
-        reply = self.protocols[request.route].error(err)
+        reply = self.refusal(request, err)
         self.engine.write(context, idx, reply)
         return reply.body
 

@@ -60,15 +60,6 @@ class Envelope:
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # what its answer needs too
 
 
-def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
-    """A raw request header's value, its name matched case-insensitively (None when absent); the
-    generation loops' door still reads raw headers (the batch loop reads its records' folded ones)."""
-    for key, value in (headers or {}).items():
-        if str(key).lower() == name:
-            return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
-    return None
-
-
 def unwrap_payload(payload: dict, input_kind: str, tail: Optional[memoryview] = None) -> Optional[Envelope]:
     """The request's instances from its JSON object (`tail`: the bytes after a binary-tensor request's
     JSON header), or None for an object with neither "instances" nor "inputs" (a /predictions body).

@@ -15,6 +15,7 @@ Routes show in two headers TorchServe's frontend adds: `explain` on the REST rou
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -22,11 +23,27 @@ from typing import Any, Optional
 
 from handlers.deadlines import Arrival, Due, due_of
 from handlers.errors import BadInput, HandlerError
-from handlers.request_parts import json_value
 
 PLAIN = "plain"  # /predictions/<model>
 KSERVE = "kserve"  # /v1/models/<m>:predict and /v2/models/<m>/infer
 OPENAI = "openai"  # /predictions/<model>/<version>/v1/...
+
+
+def json_value(body: Any) -> Any:
+    """A JSON body, whatever form it arrived in: TorchServe's worker parses a body sent as exactly
+    `application/json` itself, and hands any other (with a charset parameter, say, or one its own
+    parse failed on) over as bytes. Raises BadInput naming what is wrong."""
+    if not isinstance(body, (bytes, bytearray, str)):
+        return body
+    try:
+        text = body if isinstance(body, str) else bytes(body).decode("utf-8")
+        return json.loads(text)
+    except UnicodeDecodeError as err:
+        raise BadInput(f"body: not UTF-8 ({err.reason} at byte {err.start})") from None
+    except RecursionError:
+        raise BadInput("body: JSON nested too deep") from None
+    except ValueError as err:
+        raise BadInput(f"body: malformed JSON ({err})"[:200]) from None
 
 
 def fold_headers(raw: Optional[Mapping[Any, Any]]) -> Mapping[str, str]:

@@ -11,7 +11,9 @@ headers, its metrics API and its streaming call (handlers/engines/__init__.py sa
   fails the worker and every request of its batch. REST answers must not carry it (the frontend
   would send them as an unfinished stream).
 - Metrics go to `context.metrics` (ts.metrics dimensions and types), streamed chunks through
-  `ts.handler_utils.utils.send_intermediate_predict_response`; both imported only when used.
+  `ts.handler_utils.utils.send_intermediate_predict_response`; both imported only when used. The
+  async mode's chunks of one engine step, to requests of several contexts, go as one message
+  (`send_step`, over batch_context.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Optional
 
 from handlers.deadlines import Arrival
 from handlers.engines import Dimensions, Worker
+from handlers.engines.batch_context import BatchContext
 from handlers.errors import BadInput, HandlerError
 from handlers.protocols import Reply
 from handlers.request import Request, open_request
@@ -166,7 +169,12 @@ class TorchServe:
         ids = {idx: context.request_ids[idx] for idx in chunks}
         send_intermediate_predict_response(chunks, ids, "Intermediate Prediction success", 200, context)
 
-
-def set_status(context, idx: int, err: HandlerError) -> None:
-    """A request's error status and reason phrase alone (its body is the caller's)."""
-    TorchServe.write(context, idx, Reply(b"", "", status=err.status, message=err.message))
+    @staticmethod
+    def send_step(parts: Sequence[tuple[Any, Request, Reply]]) -> None:
+        """One engine step's chunks, to requests that came in several contexts (TorchServe's async
+        mode gives every request its own), as one message: each chunk's content type set first."""
+        batch = BatchContext([(context, request.index) for context, request, _ in parts])
+        for n, (_, _, chunk) in enumerate(parts):
+            if chunk.content_type:
+                batch.set_response_content_type(n, chunk.content_type)
+        TorchServe.send_intermediate(batch, {n: chunk.body for n, (_, _, chunk) in enumerate(parts)})

@@ -11,6 +11,10 @@ engine's speed), then sends what the loop makes, everything that arrived since i
 - /predictions/<model>/<version>/v1/completions and .../v1/chat/completions (TorchServe's `url_path`
   header): OpenAI's answers, Server-Sent Events when streamed (handlers/openai); .../v1/models too.
 
+The service reads `Request` records (handlers/request.py) the engine adapter built and returns a
+`Reply` per request; what it streams goes out through the adapter's `send_step` (a RecordDoor,
+door.py), so it runs behind any engine adapter, TorchServe's (handlers/async_handler.py) or another.
+
 TorchServe 0.12's asynchronous protocol tells a worker nothing when a client hangs up: its request
 runs to its end (max_new_tokens bounds it). A fault of the model fails only the requests the loop
 held, each with a 500.
@@ -21,46 +25,42 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any, Optional, Union
 
-from handlers import kserve
-from handlers.answers import set_status
-from handlers.engines.batch_context import BatchContext
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import HandlerError
 from handlers.generation.admission import priority_level
+from handlers.generation.door import RecordDoor
 from handlers.generation.engine import Engine
 from handlers.generation.engine_loop import Chunk, Done, EngineLoop, Event, Failed, LoopStats, Ticket
 from handlers.generation.params import GenerationRequest
 from handlers.generation.serving import NDJSON
 from handlers.openai import responses, routes, sse
 from handlers.openai.completions import Call, parse_chat, parse_completion
-from handlers.openai.errors import error_body, error_event
+from handlers.openai.errors import error_event
 from handlers.openai.models import model_response, models_response
-from handlers.request_parts import json_value, request_headers
+from handlers.protocols import Reply
+from handlers.request import OPENAI, Request
 
 log = logging.getLogger(__name__)
 
-class AsyncGenerationService:
-    """`decode(data, context, indices) -> [GenerationRequest | HandlerError]` and `reject(context, idx,
-    err) -> bytes`: the handler's own; `family`: the causal-LM family (encode, limits, chat template);
-    `emit(stats, engine)`: Prometheus, from the loop's thread."""
 
-    def __init__(self, engine: Engine, model_name: str, decode: Callable, reject: Callable, family: Any = None,
-                 max_running: int = 0, priority_of: Callable[[Any, int], Optional[str]] = lambda c, i: None,
-                 *, emit: Optional[Callable[[LoopStats, Engine], None]] = None,
-                 send: Callable[[Any, dict[int, bytes]], None],
+class AsyncGenerationService:
+    """`door`: the engine adapter's side (decode, refuse, send_step: door.py RecordDoor); `family`:
+    the causal-LM family (encode, limits, chat template); `emit(stats, engine)`: the metrics, from
+    the loop's thread."""
+
+    def __init__(self, engine: Engine, model_name: str, door: RecordDoor, family: Any = None,
+                 max_running: int = 0, *, emit: Optional[Callable[[LoopStats, Engine], None]] = None,
                  warm_request: Optional[GenerationRequest] = None) -> None:
         self.engine = engine
         self.model_name = model_name
-        self.decode = decode
-        self.reject = reject
+        self.door = door
         self.family = family
-        self.priority_of = priority_of
-        self.send = send
         self.warm_request = warm_request
-        self.outbox = StepMessages(lambda context, chunks: self.send(context, chunks))
+        self.outbox = StepMessages(lambda parts: self.door.send_step(parts))
         self.loop = EngineLoop(engine, max_running, on_stats=None if emit is None else (lambda s: emit(s, engine)),
                                after_step=self.outbox.flush)
         self.loaded_at = int(time.time())
@@ -69,43 +69,39 @@ class AsyncGenerationService:
         """A few tokens for `size` sequences at once, before the loop owns the engine."""
         self.engine.generate([(f"warm-up-{i}", self.warm_request) for i in range(size)])
 
-    async def handle(self, data: list[Any], context) -> list[bytes]:
+    async def serve(self, requests: Sequence[Request], context: Any = None) -> list[Reply]:
+        """Each request's Reply (`context`: what the adapter hands back with a step's chunks)."""
         self.loop.ensure_running()  # the loop takes the engine once warm-up and start-up are over
-        return list(await asyncio.gather(*(self._one(data, context, idx) for idx in range(len(data)))))
+        return list(await asyncio.gather(*(self._one(request, context) for request in requests)))
 
-    async def _one(self, data: list[Any], context, idx: int) -> bytes:
-        headers = request_headers(context, idx)
-        url_path = (kserve.header(headers, "url_path") or "").strip("/")
-        if routes.is_openai(url_path):
-            return await self._openai(data[idx], context, idx, url_path)
-        (outcome,) = self.decode([data[idx]], context, [idx])
-        priority = self._priority(context, idx)
+    async def _one(self, request: Request, context: Any) -> Reply:
+        if request.route == OPENAI:
+            return await self._openai(request, context)
+        outcome = self.door.decode(request)
         if isinstance(outcome, HandlerError):
-            return self.reject(context, idx, outcome)
+            return self.door.refuse(request, outcome)
+        priority = priority_level(request.priority)
         if isinstance(priority, HandlerError):
-            return self.reject(context, idx, priority)
-        request: GenerationRequest = outcome
-        context.set_response_content_type(idx, NDJSON if request.stream else JSON)
+            return self.door.refuse(request, priority)
+        wanted: GenerationRequest = outcome
+        media_type = NDJSON if wanted.stream else JSON
 
         def line(chunk: Chunk) -> bytes:
             return json_bytes({"text": chunk.text}) + b"\n"
 
-        text, last = await self._generate((context, idx), request, priority, line if request.stream else None)
+        text, last = await self._generate(context, request, wanted, priority,
+                                          (line, media_type) if wanted.stream else None)
         if isinstance(last, Failed):
-            return self.reject(context, idx, last.error)
+            return self.door.refuse(request, last.error)
         answer = json_bytes({"text": text, "finish_reason": last.finish, "prompt_tokens": last.prompt_tokens,
                              "generated_tokens": last.generated_tokens})
-        return answer + b"\n" if request.stream else answer
+        return Reply(answer + b"\n" if wanted.stream else answer, media_type)
 
-    def _priority(self, context, idx: int) -> Union[int, HandlerError]:
-        return priority_level(self.priority_of(context, idx))
-
-    async def _generate(self, where: tuple[Any, int], request: GenerationRequest, priority: int,
-                        stream: Optional[Callable[[Chunk], bytes]]) -> tuple[str, Union[Done, Failed]]:
-        """Run one request (`where`: its context and index) through the loop. `stream`, if given,
-        turns new text into the bytes to send; they go out with the other requests' of the same
-        step in one message (StepMessages). Returns the text not streamed and the last event."""
-        context, idx = where
+    async def _generate(self, context: Any, request: Request, wanted: GenerationRequest, priority: int,
+                        stream: Optional[tuple[Callable[[Chunk], bytes], str]]) -> tuple[str, Union[Done, Failed]]:
+        """Run one request through the loop. `stream`, if given: what turns new text into the bytes
+        to send, and their content type; they go out with the other requests' of the same step in
+        one message (StepMessages). Returns the text not streamed and the last event."""
         finished: asyncio.Future = asyncio.get_running_loop().create_future()
         kept: list[str] = []
 
@@ -114,37 +110,35 @@ class AsyncGenerationService:
                 if stream is None:
                     kept.append(event.text)
                 elif event.text:
-                    self.outbox.add(context, idx, stream(event))
+                    self.outbox.add(context, request, Reply(stream[0](event), stream[1]))
             elif not finished.done():
                 finished.set_result(event)
 
-        self.loop.submit(Ticket(context.request_ids[idx], request, deliver, priority))
+        self.loop.submit(Ticket(request.request_id or uuid.uuid4().hex, wanted, deliver, priority))
         last = await finished
         return "".join(kept) + (last.text if isinstance(last, Done) else ""), last
 
     # ---- OpenAI's API ----------------------------------------------------------------------------
-    async def _openai(self, request: Any, context, idx: int, url_path: str) -> bytes:
-        context.set_response_content_type(idx, JSON)
+    async def _openai(self, request: Request, context: Any) -> Reply:
         try:
-            route = routes.route(url_path, routes.GENERATION_ENDPOINTS)
+            if request.error is not None:  # a body in several form fields
+                raise request.error
+            route = routes.route(request.url_path, routes.GENERATION_ENDPOINTS)
             if route.endpoint == routes.MODELS:
-                return models_response(self.model_name, self.loaded_at)
+                return Reply(models_response(self.model_name, self.loaded_at), JSON)
             if route.endpoint == routes.MODEL:
-                return model_response(route.model, self.model_name, self.loaded_at)
-            call = self._call(route.endpoint, _body(request), context.request_ids[idx])
-            priority = self._priority(context, idx)
+                return Reply(model_response(route.model, self.model_name, self.loaded_at), JSON)
+            call = self._call(route.endpoint, request.json, request.request_id)
+            priority = priority_level(request.priority)
             if isinstance(priority, HandlerError):
                 raise priority
         except HandlerError as err:
-            set_status(context, idx, err)
-            return error_body(err)
+            return self.door.refuse(request, err)
         if not call.stream:
-            text, last = await self._generate((context, idx), call.request, priority, None)
+            text, last = await self._generate(context, request, call.request, priority, None)
             if isinstance(last, Failed):
-                set_status(context, idx, last.error)
-                return error_body(last.error)
-            return responses.response(call, text, last.finish, last.prompt_tokens, last.generated_tokens)
-        context.set_response_content_type(idx, sse.CONTENT_TYPE)
+                return self.door.refuse(request, last.error)
+            return Reply(responses.response(call, text, last.finish, last.prompt_tokens, last.generated_tokens), JSON)
         first = [True]
 
         def event(chunk: Chunk) -> bytes:
@@ -153,15 +147,15 @@ class AsyncGenerationService:
             first[0] = False
             return piece
 
-        text, last = await self._generate((context, idx), call.request, priority, event)
+        text, last = await self._generate(context, request, call.request, priority, (event, sse.CONTENT_TYPE))
         if isinstance(last, Failed):  # the stream has started: the error is its last event
-            return error_event(last.error) + sse.DONE
+            return Reply(error_event(last.error) + sse.DONE, sse.CONTENT_TYPE)
         counts = (last.prompt_tokens, last.generated_tokens)
         end = responses.chunk(call, text, first=first[0], counts=counts) if text or first[0] else b""
-        return (end + responses.chunk(call, "", finish=last.finish, counts=counts)
-                + responses.stream_end(call, last.prompt_tokens, last.generated_tokens))
+        return Reply(end + responses.chunk(call, "", finish=last.finish, counts=counts)
+                     + responses.stream_end(call, last.prompt_tokens, last.generated_tokens), sse.CONTENT_TYPE)
 
-    def _call(self, endpoint: str, body: Any, request_id: str) -> Call:
+    def _call(self, endpoint: str, body: Any, request_id: Optional[str]) -> Call:
         family = self.family
         if endpoint == routes.CHAT:
             return parse_chat(body, family.encode, family.limits, self.model_name,
@@ -171,31 +165,23 @@ class AsyncGenerationService:
 
 
 class StepMessages:
-    """What one engine step streams, to every request it moved, sent as one TorchServe message: per
-    step, one encoding and one socket write in the worker and one message for the frontend to read,
-    instead of one per request."""
+    """What one engine step streams, to every request it moved, handed to the engine adapter at once
+    (TorchServe's sends it as one message: per step, one encoding and one socket write in the worker
+    and one message for the frontend to read, instead of one per request)."""
 
-    def __init__(self, send: Callable[[Any, dict[int, bytes]], None]) -> None:
+    def __init__(self, send: Callable[[list[tuple[Any, Request, Reply]]], None]) -> None:
         self.send = send
-        self._pending: dict[tuple[int, int], tuple[Any, int, bytes]] = {}
+        self._pending: dict[tuple[int, int], tuple[Any, Request, Reply]] = {}
 
-    def add(self, context, idx: int, data: bytes) -> None:
-        key = (id(context), idx)
-        _, _, before = self._pending.get(key, (context, idx, b""))
-        self._pending[key] = (context, idx, before + data)
+    def add(self, context: Any, request: Request, chunk: Reply) -> None:
+        key = (id(context), request.index)
+        held = self._pending.get(key)
+        if held is not None:
+            chunk = Reply(held[2].body + chunk.body, chunk.content_type)
+        self._pending[key] = (context, request, chunk)
 
     def flush(self) -> None:
         if not self._pending:
             return
         parts, self._pending = list(self._pending.values()), {}
-        self.send(BatchContext([(context, idx) for context, idx, _ in parts]),
-                  {n: data for n, (_, _, data) in enumerate(parts)})
-
-
-def _body(request: Any) -> Any:
-    """What the client sent, as JSON (handlers/request_parts.json_value)."""
-    if isinstance(request, dict):
-        for key in ("body", "data"):
-            if key in request:
-                return json_value(request[key])
-    return json_value(request)
+        self.send(parts)

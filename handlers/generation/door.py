@@ -1,7 +1,8 @@
-"""What the generation loops need from around them, as two small interfaces: the model's text side
-(`TextModel`, met by the causal-LM family) and the engine adapter's side (`Door`, TorchServe's
-today). The loops call these and nothing else of the handler or the engine, so another engine plugs
-in by building another Door.
+"""What the generation loops need from around them, as small interfaces: the model's text side
+(`TextModel`, met by the causal-LM family) and the engine adapter's side: `Door` for the step and
+whole-batch loops (serving.py), `RecordDoor` for the async engine loop (async_serving.py), which reads
+`Request` records and returns `Reply`s. The loops call these and nothing else of the handler or the
+engine, so another engine plugs in by building another door.
 
 A `context` here is whatever the adapter hands the loop with a batch and reads back its answers
 from; `idx` a request's place in it. The loops set a request's content type on it and, in the
@@ -16,6 +17,8 @@ from typing import Any, Optional, Protocol, Union
 
 from handlers.errors import HandlerError
 from handlers.generation.params import GenerationRequest
+from handlers.protocols import Reply
+from handlers.request import Request
 
 Decoded = Union[GenerationRequest, HandlerError]
 
@@ -51,3 +54,19 @@ class Door:
     stream: Callable[[Any, dict[int, bytes]], None]
     priority: Callable[[Any, int], Optional[str]] = lambda context, idx: None
     metrics: Callable[[Any], Any] = lambda context: None
+
+
+@dataclass(frozen=True)
+class RecordDoor:
+    """The engine adapter's side for a loop over records (the async engine loop).
+
+    decode(request): its GenerationRequest (the family's decode of its body), or the HandlerError refusing it;
+    refuse(request, err): the refusal's Reply in its route's error shape (status and message set);
+    send_step(parts): one engine step's chunks, [(context, request, Reply)] (each chunk's body and
+        content type), to requests that may have come in different contexts: the adapter sends them
+        ahead of the answers (TorchServe: one message, handlers/engines/torchserve.py).
+    """
+
+    decode: Callable[[Request], Decoded]
+    refuse: Callable[[Request, HandlerError], Reply]
+    send_step: Callable[[list[tuple[Any, Request, Reply]]], None]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from handlers.device import kv_cache_budget
 from handlers.generation.async_serving import AsyncGenerationService
-from handlers.generation.door import Door, TextModel
+from handlers.generation.door import Door, RecordDoor, TextModel
 from handlers.generation.drafting import load_drafter
 from handlers.generation.engine import Engine
 from handlers.generation.metrics import loop_emitter
@@ -33,9 +33,9 @@ class LoadedLM:
     autocast_dtype: Any = None
 
 
-def build(loaded: LoadedLM, door: Door, mode: str, metrics: Any = None):
-    """The service for `mode`; `metrics`: the engine's MetricsSink the async loop reports into between
-    requests (None: it reports nothing)."""
+def build(loaded: LoadedLM, door: Union[Door, RecordDoor], mode: str, metrics: Any = None):
+    """The service for `mode` (ASYNC takes a RecordDoor, the others a Door); `metrics`: the engine's
+    MetricsSink the async loop reports into between requests (None: it reports nothing)."""
     settings = loaded.settings
     cache = PrefixCache(int(settings.prefix_cache_mib * 2**20), settings.prefix_block_tokens) \
         if settings.prefix_cache_mib > 0 else None
@@ -46,9 +46,8 @@ def build(loaded: LoadedLM, door: Door, mode: str, metrics: Any = None):
                     prefix_cache=cache, device=loaded.device, kv_budget_bytes=kv_cache_budget(loaded.device))
     warm = loaded.text.example_request()
     if mode == ASYNC:
-        return AsyncGenerationService(engine, loaded.model_name, door.decode, door.fail, family=loaded.text,
-                                      max_running=settings.max_running, priority_of=door.priority,
-                                      emit=loop_emitter(metrics, loaded.model_name), send=door.stream,
+        return AsyncGenerationService(engine, loaded.model_name, door, family=loaded.text,
+                                      max_running=settings.max_running, emit=loop_emitter(metrics, loaded.model_name),
                                       warm_request=warm)
     return GenerationService(engine, loaded.model_name, mode == STEP, door, warm_request=warm,
                              max_running=settings.max_running)
@@ -65,7 +64,10 @@ def generation_service(handler, model_dir: Path, continuous: bool, asynchronous:
 
     loaded = LoadedLM(handler.model.lm, handler.family, handler.family.settings, handler.model_name, model_dir,
                       handler.device, handler.autocast_dtype)
-    door = Door(decode=handler.decode_each, fail=handler.reject, stream=engine.send_intermediate, priority=priority,
-                metrics=engine.metrics)
+    if asynchronous:
+        door = RecordDoor(decode=handler.decode_request, refuse=handler.refusal, send_step=engine.send_step)
+    else:
+        door = Door(decode=handler.decode_each, fail=handler.reject, stream=engine.send_intermediate,
+                    priority=priority, metrics=engine.metrics)
     mode = ASYNC if asynchronous else STEP if continuous else PLAIN
     return build(loaded, door, mode, engine.metrics(handler.metrics_context))

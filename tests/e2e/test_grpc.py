@@ -256,7 +256,8 @@ def test_streampredictions_of_a_single_answer_is_that_answer_and_costs_no_worker
     """TorchServe 0.12's GRPCJob reads `ts_stream_next` on every answer to StreamPredictions and
     threw inside the frontend's worker thread when it was absent (any model that answers once): the
     worker died and its REST batch-mates got 500. Every gRPC answer is now marked as its request's
-    last (handlers/answers.py close_replies): one message, the REST answer (to float precision), the same worker."""
+    last (handlers/engines/torchserve.py TorchServe.close): one message, the REST answer (to float
+    precision), the same worker."""
     text = "A man is eating food."
     before = ts.client.worker_pids(EMBEDDER)
     expected = rest_bytes(ts, EMBEDDER, text.encode(), "text/plain")

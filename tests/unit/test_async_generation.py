@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import yaml
 
 from build.archive import build_entry
 from build.catalogue import Catalogue
+from handlers.async_handler import AsyncHandler
 from handlers.generation.async_serving import AsyncGenerationService
 from handlers.handler import Handler
 from serving.fake_context import FakeContext, extract
@@ -54,21 +57,28 @@ def handler_in(model_dir: Path, mode: str):
     if mode == "async":  # what the build writes into an async archive's model-config.yaml
         context.model_yaml_config.pop("continuousBatching", None)
         context.model_yaml_config["asyncCommunication"] = True
-    handler = Handler()
+    handler = AsyncHandler() if mode == "async" else Handler()  # what the archive's manifest names
     handler.initialize(context)
     STARTED.append(handler)
     return handler, context
 
 
 class Sent:
-    """What the service sent through TorchServe's intermediate responses, per request id."""
+    """What the service handed the engine adapter to stream (its send_step), per request id."""
 
     def __init__(self):
         self.lines = {}
+        self.content_types = set()
 
-    def __call__(self, context, chunks):
-        for idx, chunk in chunks.items():
-            self.lines.setdefault(context.request_ids[idx], []).append(chunk)
+    def __call__(self, parts):
+        for _, request, chunk in parts:
+            self.lines.setdefault(request.request_id, []).append(chunk.body)
+            self.content_types.add(chunk.content_type)
+
+
+def stream_into(handler, sent: Sent) -> None:
+    """The service's streamed chunks caught instead of sent to TorchServe."""
+    handler.generation.door = replace(handler.generation.door, send_step=sent)
 
 
 def call_context(base: FakeContext, request_id: str, body: dict, headers=None) -> FakeContext:
@@ -99,11 +109,9 @@ def step_answers(model_dir, bodies):
 
 
 def test_requests_joining_a_running_batch_get_the_step_modes_answers(tiny_lm):
-    from handlers.async_handler import AsyncHandler
-
     handler, base = handler_in(tiny_lm, "async")
     assert isinstance(handler.generation, AsyncGenerationService)
-    handler.generation.send = sent = Sent()
+    stream_into(handler, sent := Sent())
     bodies = [{"prompt": p, "max_new_tokens": 12, "temperature": 0, "stream": i % 2 == 0}
               for i, p in enumerate(PROMPTS)]
 
@@ -123,6 +131,61 @@ def test_requests_joining_a_running_batch_get_the_step_modes_answers(tiny_lm):
             whole = json.loads(answer)
             assert (whole["text"], whole["finish_reason"], whole["generated_tokens"]) == (text, finish, generated)
     assert AsyncHandler.handle is not Handler.handle
+    assert sent.content_types == {"application/x-ndjson"}
+
+
+def test_each_async_request_is_read_from_the_context_once(tiny_lm):
+    """The async door reads the engine adapter's records: one read of each request's headers, and
+    its answer's status and content type written back by the adapter from its Reply."""
+    from .counting_context import CountingContext
+
+    handler, base = handler_in(tiny_lm, "async")
+
+    async def one(request_id, body, headers):
+        context = CountingContext.__new__(CountingContext)
+        context.__dict__.update(call_context(base, request_id, body, headers).__dict__)
+        context.header_reads = Counter()
+        (answer,) = await handler.handle([{"body": json.dumps(body).encode()}], context)
+        return answer, context
+
+    async def run():
+        return await asyncio.gather(
+            one("a", {"prompt": PROMPTS[0], "max_new_tokens": 3}, {"X-Priority": "high"}),
+            one("b", {"prompt": PROMPTS[0], "temperature": -2}, {}),
+            one("c", {"model": "tiny_lm", "prompt": PROMPTS[1], "max_tokens": 2}, {"url_path": "v1/completions"}))
+
+    (good, good_ctx), (bad, bad_ctx), (chat, chat_ctx) = asyncio.run(run())
+    assert [dict(c.header_reads) for c in (good_ctx, bad_ctx, chat_ctx)] == [{0: 1}] * 3, "header reads per request"
+    assert json.loads(good)["generated_tokens"] == 3 and good_ctx.content_types[0] == "application/json"
+    assert bad_ctx.statuses[0][0] == 400 and "temperature" in json.loads(bad)["message"]
+    assert json.loads(chat)["usage"]["completion_tokens"] == 2 and not chat_ctx.statuses
+
+
+def test_the_async_service_runs_behind_any_engine_adapter(tiny_lm):
+    """Records in, Replies and streamed chunks out: no TorchServe context anywhere (the seam another
+    engine's adapter plugs into)."""
+    from handlers.deadlines import Arrival
+    from handlers.generation.door import RecordDoor
+    from handlers.request import open_request
+
+    handler, _ = handler_in(tiny_lm, "async")
+    sent = Sent()
+    service = handler.generation
+    service.door = RecordDoor(decode=handler.decode_request, refuse=handler.refusal, send_step=sent)
+    bodies = [{"prompt": PROMPTS[0], "max_new_tokens": 6, "temperature": 0, "stream": True},
+              {"prompt": PROMPTS[1], "temperature": -2},
+              {"model": "tiny_lm", "prompt": PROMPTS[2], "max_tokens": 3, "temperature": 0}]
+    headers = [{}, {}, {"url_path": "v1/completions"}]
+    arrival = Arrival.now()
+    records = [open_request(i, f"x{i}", {"Content-Type": "application/json", **h}, b, arrival, None)
+               for i, (b, h) in enumerate(zip(bodies, headers))]
+    stream, bad, openai = asyncio.run(asyncio.wait_for(service.serve(records, "not a TorchServe context"), 10))
+    lines = [json.loads(line) for chunk in [*sent.lines.get("x0", []), stream.body]
+             for line in chunk.decode().splitlines()]
+    assert stream.status == 200 and stream.content_type == "application/x-ndjson"
+    assert lines[-1]["generated_tokens"] == 6 and len(sent.lines["x0"]) >= 1
+    assert bad.status == 400 and "temperature" in bad.message
+    assert openai.status == 200 and json.loads(openai.body)["usage"]["completion_tokens"] == 3
 
 
 def test_a_bad_request_gets_its_400_and_the_others_go_on(tiny_lm):
@@ -234,7 +297,7 @@ def test_every_admitted_request_is_answered_at_any_length(tiny_lm, stream):
     """A sequence admitted and finished within one iteration of the loop (its prefill's token, then
     one step) is answered like any other: at 1, 2 and 3 new tokens, alone and beside a long one."""
     handler, base = handler_in(tiny_lm, "async")
-    handler.generation.send = Sent()
+    stream_into(handler, Sent())
 
     async def run():
         bodies = [{"prompt": PROMPTS[0], "max_new_tokens": 16, "temperature": 0}] + [

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from handlers.answers import close_replies, set_status
+from handlers.engines.torchserve import TorchServe
 from handlers.errors import BadInput
+from handlers.protocols import Reply
 from serving.fake_context import FakeContext
 
 pytestmark = pytest.mark.unit
@@ -30,7 +31,8 @@ def context_with(headers: dict[int, dict]) -> FakeContext:
 
 def test_a_status_phrase_is_one_printable_line_whatever_the_message():
     context = context_with({0: {}})
-    set_status(context, 0, BadInput("unknown field '\u00e9\r\nX-Injected: 1'"))
+    err = BadInput("unknown field '\u00e9\r\nX-Injected: 1'")
+    TorchServe.write(context, 0, Reply(b"", "", status=err.status, message=err.message))
     code, phrase = context.statuses[0]
     assert code == 400 and all(32 <= ord(c) < 127 for c in phrase)
 
@@ -39,7 +41,7 @@ def test_grpc_answers_are_marked_last_and_rest_answers_are_left_alone():
     rest = {"explain": "False", "url_path": "", "Content-Type": "application/json"}
     context = context_with({0: {}, 1: rest, 2: {}})
     context.set_response_header(2, "ts_stream_next", "true")  # a stream's intermediate answer keeps its own
-    close_replies(context, 3)
+    TorchServe.reply(context, TorchServe.requests([None] * 3, context, None), [None] * 3)
     assert context.get_response_headers(0) == {"ts_stream_next": "false"}
     assert context.get_response_headers(1) == {}
     assert context.get_response_headers(2) == {"ts_stream_next": "true"}
