@@ -136,10 +136,13 @@ def memory_format(batch: torch.Tensor, channels_last: bool) -> torch.Tensor:
 
 
 def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Host -> device copy; on CUDA from pinned memory so the copy overlaps with the launch."""
+    """Host -> device copy; on CUDA from the worker's reusable pinned buffers (handlers/pinned.py), so
+    the copy overlaps with the launch and no batch allocates pinned memory."""
     if device.type != "cuda":
         return batch
-    return batch.pin_memory().to(device, non_blocking=True)
+    from handlers.pinned import STAGING  # GPU workers only
+
+    return STAGING.to_device(batch, device)
 
 
 def decode_pool(threads: int) -> Optional[ThreadPoolExecutor]:
