@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -276,23 +277,40 @@ def warm_calls(graph: str, device: torch.device) -> int:
     return 2 if graph == "torchscript" and device.type == "cuda" else 1
 
 
-def warm_up(forward: Callable[[int], object], batch_sizes: Sequence[int], calls: int = 1) -> None:
-    """`calls` forward passes per batch size, smallest first; a size that runs out of GPU memory ends
-    the warm-up there (logged) instead of stopping the worker: MemoryGuard has already made later
-    batches run in pieces that fit."""
+# The warm-up's time on shapes beyond each size's first: TorchServe gives a worker the archive's
+# startupTimeout (60 s) for loading and warming up; what is left unwarmed compiles on its first request.
+WARMUP_BUDGET_S = 30.0
+
+
+def warm_up(forward: Callable[[Any], object], batch_sizes: Sequence[int], calls: int = 1,
+            shapes: Optional[Callable[[int], Iterable[Any]]] = None, budget_s: float = WARMUP_BUDGET_S,
+            clock: Callable[[], float] = time.monotonic) -> None:
+    """`calls` forward passes per batch size, smallest first: `forward(size)`, or with `shapes`,
+    `forward(batch)` for each batch `shapes(size)` gives (a text model's every padded length on a
+    GPU, where each shape compiles its own graph). Each size's first shape always runs; past
+    `budget_s` the rest are left (logged). A size that runs out of GPU memory ends the warm-up there
+    (logged) instead of stopping the worker: MemoryGuard has already made later batches run in
+    pieces that fit."""
+    started, warmed = clock(), 0
     for size in sorted(batch_sizes):
-        try:
-            for _ in range(calls):
-                forward(size)
-        except OutOfMemory as err:
-            log.warning("warm-up stopped at batch %d: %s", size, err)
-            return
-        except (torch.cuda.OutOfMemoryError, RuntimeError) as err:
-            if not out_of_memory(err):
-                raise
-            torch.cuda.empty_cache()
-            log.warning("warm-up stopped at batch %d: the GPU ran out of memory", size)
-            return
+        for index, item in enumerate(shapes(size) if shapes is not None else (size,)):
+            if index and clock() - started > budget_s:
+                log.warning("warm-up: %.0f s budget spent after %d shapes; batch %d's other shapes compile on their "
+                            "first request", budget_s, warmed, size)
+                break
+            try:
+                for _ in range(calls):
+                    forward(item)
+            except OutOfMemory as err:
+                log.warning("warm-up stopped at batch %d: %s", size, err)
+                return
+            except (torch.cuda.OutOfMemoryError, RuntimeError) as err:
+                if not out_of_memory(err):
+                    raise
+                torch.cuda.empty_cache()
+                log.warning("warm-up stopped at batch %d: the GPU ran out of memory", size)
+                return
+            warmed += 1
 
 
 KV_CACHE_SHARE = 0.7  # of the GPU memory free once the LM is loaded; the rest: activations, the prefix cache

@@ -127,8 +127,9 @@ class Handler(BatchLoop):
         if self.device.type == "cuda" and not self.family.generates and not isinstance(self.model, OnnxModule):
             self.model = device.MemoryGuard(self.model, self.device, max(self.buckets))  # out of memory: a 507
         if rt.warmup:
-            warm = self.generation.warm_up if self.generation else lambda size: self.infer(self.family.example_batch(size))
-            device.warm_up(warm, self.buckets, device.warm_calls(rt.graph, self.device))  # out of memory: ends there
+            warm, shapes = (self.generation.warm_up, None) if self.generation else \
+                (self.infer, lambda size: self.family.warm_batches(size, every_shape=self.device.type == "cuda"))
+            device.warm_up(warm, self.buckets, device.warm_calls(rt.graph, self.device), shapes)  # OOM: ends there
         if hasattr(self.model, "seal"):
             self.model.seal()
         self.profiler = make_profiler(self.settings.profiler, self.model_name, self.device.type == "cuda")

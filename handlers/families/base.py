@@ -104,6 +104,11 @@ class Family:
     def example_batch(self, size: int) -> Inputs:
         raise NotImplementedError
 
+    def warm_batches(self, size: int, every_shape: bool) -> Sequence[Inputs]:
+        """The warm-up's batches of `size` rows: with `every_shape` (a GPU, where each input shape
+        compiles and tunes its own kernels) one per shape the handler forms at that size, else one."""
+        return (self.example_batch(size),)
+
     def gate_kind(self) -> str:
         """How the build's accuracy gate (build/gate.py) compares a variant's raw outputs with fp32's:
         "classification" (logits: top-1 agreement), "embedding" (cosine) or "tensor" (a tolerance)."""

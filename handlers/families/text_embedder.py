@@ -169,6 +169,16 @@ class TextEmbedder(Family):
         texts = ["A short one.", "A longer warm-up sentence, so that this batch holds padded positions."]
         return self.collate([texts[i % 2] for i in range(size)])
 
+    def warm_batches(self, size: int, every_shape: bool) -> Sequence[tuple[torch.Tensor, torch.Tensor]]:
+        """On a GPU, one batch per padded length `run` forms (each bucket up to max_length, one pass
+        each): a TorchScript graph compiles per shape, so no request meets an uncompiled length."""
+        if not every_shape or self.settings.pad_to_max_length:
+            return (self.example_batch(size),)
+        ids, mask = self.collate(["warm " * self.settings.max_length] * size)  # truncated to max_length
+        bucket, top = self.settings.pad_bucket, ids.shape[1]
+        widths = sorted({*range(bucket, top + 1, bucket), top})
+        return tuple((ids[:, :width].contiguous(), mask[:, :width].contiguous()) for width in widths)
+
     def gate_kind(self) -> str:
         return "embedding"
 

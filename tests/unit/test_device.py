@@ -264,3 +264,22 @@ def test_a_torchscript_graph_on_a_gpu_warms_each_size_twice():
     device.warm_up(seen.append, (4, 1, 2), device.warm_calls("torchscript", torch.device("cuda", 0)))
     assert seen == [1, 1, 2, 2, 4, 4]  # the second call of a shape is where it compiles its fusions
     assert device.warm_calls("torchscript", torch.device("cpu")) == device.warm_calls("eager", torch.device("cuda")) == 1
+
+
+def test_the_warm_up_runs_every_shape_of_a_size_within_its_budget(caplog):
+    """Shapes per size (a text model's padded lengths); past the budget a size runs its first shape
+    only, so every batch size is still warmed."""
+    seen, now = [], [0.0]
+
+    def forward(batch):
+        seen.append(batch)
+        now[0] += 1.0
+
+    device.warm_up(forward, (2, 1), shapes=lambda size: [(size, w) for w in (8, 16, 24)], budget_s=100,
+                   clock=lambda: now[0])
+    assert seen == [(1, 8), (1, 16), (1, 24), (2, 8), (2, 16), (2, 24)]
+    seen.clear()
+    with caplog.at_level(logging.WARNING, logger="handlers.device"):
+        device.warm_up(forward, (1, 2, 4), shapes=lambda size: [(size, w) for w in (8, 16, 24)], budget_s=1.5,
+                       clock=lambda: now[0])
+    assert seen == [(1, 8), (1, 16), (2, 8), (4, 8)] and "budget spent" in caplog.text

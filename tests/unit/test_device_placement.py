@@ -136,6 +136,29 @@ def test_a_draft_model_drafts_on_the_targets_device(kind):
         assert drafts(engine) == expected
 
 
+def test_a_text_workers_warm_up_on_a_gpu_runs_every_padded_length(tiny_dirs, monkeypatch):
+    """Each batch size at every padded length the handler forms (pad_bucket up to max_length), so a
+    graph that compiles per shape does so in the warm-up; on the CPU one batch per size, as before."""
+    from handlers.handler import Handler
+
+    seen = []
+    real = Handler._forward
+
+    def recording(self, inputs):
+        seen.append(tuple(inputs[0].shape))
+        return real(self, inputs)
+
+    monkeypatch.setattr(Handler, "_forward", recording)
+    with virtual_cuda():
+        handler, _ = make_handler(tiny_dirs["tiny_text"], "tiny_text", batch_size=4, gpu_id=0, runtime={"warmup": True})
+    settings = handler.family.settings
+    widths = range(settings.pad_bucket, settings.max_length + 1, settings.pad_bucket)
+    assert set(seen) >= {(rows, width) for rows in handler.buckets for width in widths}, sorted(set(seen))
+    seen.clear()
+    handler, _ = make_handler(tiny_dirs["tiny_text"], "tiny_text", batch_size=4, runtime={"warmup": True})
+    assert len(seen) <= 2 * len(handler.buckets), seen  # the example batch per size (a pass per length group)
+
+
 def test_a_language_model_worker_on_a_gpu_id_warms_up_and_answers(tiny_dirs):
     """The step mode's handler, warm-up on (the async mode runs the same engine from its own thread,
     which the audit does not follow: the engine tests above cover it)."""
