@@ -198,6 +198,17 @@ def validate(doc: Mapping[str, Any], where: str = "rayservice.yaml") -> str:
     return f"{where}: valid ({schema.source}, strict; serveConfigV2: Ray Serve {RAY_VERSION}'s ServeDeploySchema)"
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (serveConfigV2) as YAML literal blocks: readable, and the same string."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
 def write(config_path: Path, out: Path, worker_memory_mib: int = DEFAULT_WORKER_MEMORY_MIB) -> tuple[Sizing, list[Path]]:
     config = read_config(config_path)
     size = sizing(config, worker_memory_mib)
@@ -205,7 +216,7 @@ def write(config_path: Path, out: Path, worker_memory_mib: int = DEFAULT_WORKER_
     validate(doc)
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "rayservice.yaml", out / "serve.yaml", out / "Dockerfile"]
-    files[0].write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    files[0].write_text(yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False), encoding="utf-8")
     files[1].write_text(doc["spec"]["serveConfigV2"], encoding="utf-8")
     files[2].write_text(dockerfile(config), encoding="utf-8")
     return size, files

@@ -99,3 +99,15 @@ def test_a_wrong_field_fails_validation(tuned: Path, change, message: str) -> No
 def test_no_tuned_file_names_the_command_that_writes_it(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match="make tune ENGINE=ray"):
         rayservice.write(tmp_path / "ray-serve.yaml", tmp_path / "out")
+
+
+def test_the_tuner_replaces_its_models_app_and_keeps_the_others(tuned: Path, tmp_path: Path) -> None:
+    from benchmarks.tune.ray_plan import write_plan
+
+    write_plan(tuned, "b", tmp_path / "model_store" / "b.mar", ModelSettings(batch_size=4, max_batch_delay_ms=10,
+                                                                              min_workers=1, max_workers=1, threads=1))
+    a, b = serve_config.read(tuned, tmp_path / "model_store")
+    assert (a.model, a.settings.batch_size, a.settings.min_workers) == ("a", 8, 2)  # kept as it was
+    assert (b.model, b.settings.batch_size, b.settings.max_batch_delay_ms) == ("b", 4, 10)
+    write_plan(tmp_path / "new.yaml", "a", tmp_path / "model_store" / "a.mar", ModelSettings())
+    assert [p.model for p in serve_config.read(tmp_path / "new.yaml", tmp_path / "model_store")] == ["a"]
