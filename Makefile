@@ -139,8 +139,9 @@ bench: build java-check
 
 # The tuner measures on real servers (minutes per model), rewrites only the models= stanza of
 # config.properties with a provenance record, then restarts TorchServe from it to verify.
-tune: build java-check
-	$(PY) -m benchmarks tune $(if $(MODEL),--model $(MODEL)) $(if $(MIX),--mix $(MIX)) $(ARGS)
+# ENGINE=ray: the same search on Ray Serve, written into ray-serve.yaml (Serve's config) and verified from it.
+tune: build $(if $(filter ray,$(ENGINE)),,java-check)
+	$(PY) -m benchmarks $(if $(filter ray,$(ENGINE)),tune-ray,tune) $(if $(MODEL),--model $(MODEL)) $(if $(MIX),--mix $(MIX)) $(ARGS)
 
 # Reliability and security on real servers (own ports and temp dirs): the bad-input corpus, a worker
 # SIGKILLed under load, broken archives, 3x overload on a small job queue, a short soak, token auth
@@ -152,8 +153,9 @@ reliability: build java-check
 # written, then validated offline against the Kubernetes schemas. Without RATE: one replica.
 DEPLOY_ARGS = $(if $(RATE),--rate $(RATE)) $(if $(MIX),--mix $(MIX)) $(if $(HEADROOM),--headroom $(HEADROOM)) \
   $(if $(GPU),--gpus $(GPU))
+# ENGINE=ray: deploy/kuberay/ (RayService sized by ray-serve.yaml, its Dockerfile), checked against KubeRay's CRD.
 deploy: build
-	$(PY) -m deployment $(DEPLOY_ARGS)
+	$(if $(filter ray,$(ENGINE)),$(PY) -m deployment.kuberay $(ARGS),$(PY) -m deployment $(DEPLOY_ARGS))
 
 # Replicas for RATE: prints the arithmetic, rewrites deploy/k8s/hpa.yaml (all of deploy/ when absent).
 plan: $(STAMP)

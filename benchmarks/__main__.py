@@ -32,6 +32,7 @@ VERBS = {
                                                      "seconds, gate, size, time to ready, items/s"),
     "tune": ("benchmarks.tune.command", "batch size, delay, workers and variant per model (--mix: the whole "
                                         "server for a traffic mix); writes config.properties"),
+    "tune-ray": ("benchmarks.tune.ray_plan", "the tune on Ray Serve: writes and verifies ray-serve.yaml (Serve's config)"),
     "reliability": ("benchmarks.reliability.suite", "bad input, faults, overload, deadlines, soak, security: "
                                                     "one table"),
     "soak": ("benchmarks.reliability.soak", "a long soak: RSS and p99 over time"),
