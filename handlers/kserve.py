@@ -17,7 +17,8 @@ Protocol's binary tensor extension (handlers/binary_tensors.py): the JSON header
 body's first bytes, binary tensors from the rest, and binary outputs are sent when asked for.
 
 The route is decided at the door (handlers/request.py); handlers/protocols/kserve.py reads the
-body and headers of a request on a KServe route and hands its JSON object here.
+body and headers of a request on a KServe route and hands its JSON object here. The envelopes' fields
+are checked against their models (handlers/kserve_envelopes.py); the instances are read here.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import numpy as np
 from handlers import binary_tensors
 from handlers.encoding import JSON, json_bytes
 from handlers.errors import BadInput, HandlerError
+from handlers.kserve_envelopes import v1_request, v2_input, v2_request
 from handlers.limits import check_instances
 
 TEXT = "text/plain"
@@ -67,17 +69,14 @@ def unwrap_payload(payload: dict, input_kind: str, tail: Optional[memoryview] = 
     if "instances" in payload and "inputs" in payload:
         raise BadInput('send either "instances" (KServe v1) or "inputs" (Open Inference Protocol v2), not both')
     if "instances" in payload:
-        return _v1(payload["instances"], input_kind)
+        return _v1(v1_request(payload).instances, input_kind)
     if "inputs" in payload:
         return _v2(payload, input_kind, tail)
     return None
 
 
 # ---- KServe v1 ------------------------------------------------------------------------------
-def _v1(instances: Any, input_kind: str) -> Envelope:
-    if not isinstance(instances, list) or not instances:
-        got = "an empty list" if isinstance(instances, list) else type(instances).__name__
-        raise BadInput(f"instances: a non-empty list of instances, got {got}")
+def _v1(instances: list, input_kind: str) -> Envelope:
     check_instances(len(instances), "instances")
     return Envelope("v1", tuple(_v1_instance(inst, f"instances[{i}]", input_kind) for i, inst in enumerate(instances)))
 
@@ -107,27 +106,10 @@ def _b64(value: Any, where: str) -> bytes:
 # ---- Open Inference Protocol v2 ---------------------------------------------------------------
 def _v2(payload: dict, input_kind: str, tail: Optional[memoryview] = None) -> Envelope:
     """`tail`: the bytes after the JSON header of a binary-tensor request (None: a JSON body)."""
-    request_id = payload.get("id")
-    if request_id is not None and not isinstance(request_id, str):
-        raise BadInput(f"id: a string, got {type(request_id).__name__}")
-    parameters = payload.get("parameters", {})
-    if not isinstance(parameters, dict):
-        raise BadInput("parameters: a JSON object")
-    binary_default = binary_tensors.check_request_parameters(parameters)
-    inputs = payload["inputs"]
-    if not isinstance(inputs, list) or not inputs:
-        got = "an empty list" if isinstance(inputs, list) else type(inputs).__name__
-        raise BadInput(f"inputs: a non-empty list of input tensors, got {got}")
-    tensor = _one_object(inputs, "inputs", "input tensor", "name, shape, datatype and data")
-    for key in ("name", "shape", "datatype"):
-        if key not in tensor:
-            raise BadInput(f"inputs[0].{key}: missing")
-    if not isinstance(tensor["name"], str):
-        raise BadInput(f"inputs[0].name: a string, got {type(tensor['name']).__name__}")
-    shape = tensor["shape"]
-    if (not isinstance(shape, list) or not shape
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
-        raise BadInput(f"inputs[0].shape: a non-empty list of non-negative integers, got {shape!r}"[:200])
+    request = v2_request(payload)
+    binary_default = binary_tensors.check_request_parameters(request.parameters)
+    tensor = _one_object(request.inputs, "inputs", "input tensor", "name, shape, datatype and data")
+    shape = v2_input(tensor).shape
     if shape[0] < 1:
         raise BadInput(f"inputs[0].shape: {shape}: the first dimension counts the instances, at least 1")
     check_instances(shape[0], "inputs[0].shape[0]")
@@ -145,8 +127,8 @@ def _v2(payload: dict, input_kind: str, tail: Optional[memoryview] = None) -> En
         bodies = _v2_bytes(tensor["data"], shape, input_kind)
     else:
         bodies = _v2_numbers(tensor["data"], shape, datatype, input_kind)
-    binary_output = _binary_output(payload.get("outputs"), binary_default)
-    return Envelope("v2", bodies, request_id, MappingProxyType({"binary_output": binary_output}))
+    binary_output = _binary_output(request.outputs, binary_default)
+    return Envelope("v2", bodies, request.id, MappingProxyType({"binary_output": binary_output}))
 
 
 def _binary_data(tensor: dict, tail: Optional[memoryview]) -> Optional[memoryview]:

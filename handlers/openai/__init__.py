@@ -9,5 +9,6 @@ call out (parse), and the engine's results in, OpenAI's JSON or Server-Sent Even
     embeddings.py      /v1/embeddings
     models.py          /v1/models
     fields.py          which OpenAI fields are honoured, ignored or refused
+    bodies.py          the request bodies as pydantic models; their faults as OpenAIError
     errors.py          OpenAIError and OpenAI's error body for any HandlerError
 """

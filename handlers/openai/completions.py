@@ -6,7 +6,7 @@ The generation fields go through the same checks and limits as /predictions
 keep theirs; `top_k` and `ignore_eos` are our extensions (vLLM's too; `top_k: -1`, vLLM's "off",
 is 0). Defaults are OpenAI's: temperature 1 and top_p 1 (sampling), so a client wanting greedy
 output sends `temperature: 0`; max_tokens is the archive's default_max_new_tokens. fields.py lists
-the fields accepted without effect and those refused.
+the fields accepted without effect and those refused (bodies.py checks a body against them).
 
 A prompt over the archive's limits is a 400 with code "context_length_exceeded", as OpenAI answers.
 """
@@ -22,23 +22,9 @@ from typing import Any, Optional
 from handlers.errors import PayloadTooLarge
 from handlers.generation.params import GenerationRequest, Limits, parse_request
 from handlers.openai import chat_template
+from handlers.openai.bodies import chat_schema, completion_schema, usage_options, validated
 from handlers.openai.errors import OpenAIError, invalid_type, unsupported_value
-from handlers.openai.fields import (
-    CHAT_HONOURED,
-    CHAT_IGNORED,
-    CHAT_NEUTRAL,
-    COMPLETION_HONOURED,
-    COMPLETION_IGNORED,
-    COMPLETION_NEUTRAL,
-    Neutral,
-    check_fields,
-    continuous_usage,
-    flag,
-    include_usage,
-    json_object,
-    same_json,
-    served_model,
-)
+from handlers.openai.fields import Neutral, same_json, served_model
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's
 Encode = Callable[[str], Sequence[int]]
@@ -78,13 +64,11 @@ def parse_completion(body: Any, encode: Encode, limits: Limits, model_name: str,
     """A v1/completions body. `encode`: the family's text -> token ids; `model_name` and `aliases`:
     the names `model` may give (none: `model_name`); `request_id`: makes the answer's id
     (default: a random one). Temperature defaults to 1: send `temperature: 0` for greedy output."""
-    body = json_object(body)
-    check_fields(body, COMPLETION_HONOURED, COMPLETION_NEUTRAL, COMPLETION_IGNORED)
+    checked = validated(completion_schema(), body)
     model = served_model(body, (model_name, *aliases))
-    stream = flag(body, "stream")
-    usage = include_usage(body, stream)
+    usage, continuous = usage_options(checked)
     request = _generation(body, _prompt(body.get("prompt")), encode, limits, "max_tokens", "prompt")
-    return Call(request, False, model, _id("cmpl-", request_id), _created(created), usage, continuous_usage(body))
+    return Call(request, False, model, _id("cmpl-", request_id), _created(created), usage, continuous)
 
 
 def parse_chat(body: Any, encode: Encode, limits: Limits, model_name: str, template: Optional[str],
@@ -92,11 +76,9 @@ def parse_chat(body: Any, encode: Encode, limits: Limits, model_name: str, templ
                request_id: Optional[str] = None, created: Optional[int] = None) -> Call:
     """A v1/chat/completions body; `template`: the tokenizer's Jinja2 chat template (None: the
     plain one, chat_template.plain). Temperature defaults to 1: send `temperature: 0` for greedy output."""
-    body = json_object(body)
-    check_fields(body, CHAT_HONOURED, CHAT_NEUTRAL, CHAT_IGNORED)
+    checked = validated(chat_schema(), body)
     model = served_model(body, (model_name, *aliases))
-    stream = flag(body, "stream")
-    usage = include_usage(body, stream)
+    usage, continuous = usage_options(checked)
     messages = _messages(body.get("messages"))
     # Bounded before rendering, so an oversized conversation costs no template work.
     chars = sum(len(m["content"]) for m in messages)
@@ -105,7 +87,7 @@ def parse_chat(body: Any, encode: Encode, limits: Limits, model_name: str, templ
                           param="messages", code="context_length_exceeded")
     prompt = chat_template.render(messages, template, bos_token, eos_token)
     request = _generation(body, prompt, encode, limits, _max_tokens_field(body), "messages")
-    return Call(request, True, model, _id("chatcmpl-", request_id), _created(created), usage, continuous_usage(body))
+    return Call(request, True, model, _id("chatcmpl-", request_id), _created(created), usage, continuous)
 
 
 def _id(prefix: str, request_id: Optional[str]) -> str:

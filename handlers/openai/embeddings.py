@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Optional
 
 import numpy as np
@@ -25,11 +24,10 @@ from handlers.encoding import json_bytes
 from handlers.errors import HandlerError
 from handlers.json_body import parse_json
 from handlers.limits import MAX_INSTANCES
+from handlers.openai.bodies import embeddings_schema, validated
 from handlers.openai.errors import OpenAIError, invalid_type, unsupported_value
-from handlers.openai.fields import Ignored, check_fields, json_object, served_model
+from handlers.openai.fields import served_model
 
-HONOURED = frozenset({"model", "input", "encoding_format", "dimensions"})
-IGNORED = MappingProxyType({"user": Ignored((str,), "a string")})
 ENCODING_FORMATS = ("float", "base64")
 MAX_INPUTS = MAX_INSTANCES  # texts per request: every route's bound (OpenAI's own API takes 2048)
 
@@ -47,8 +45,7 @@ def parse_embeddings(body: Any, model_name: str, dimensions: Optional[int] = Non
     text (text -> the text to embed; its HandlerError becomes this request's, naming `input`)."""
     if isinstance(body, (bytes, bytearray)):  # JSON TorchServe could not parse (nested too deep, say)
         body = parse_json(bytes(body))
-    body = json_object(body)
-    check_fields(body, HONOURED, MappingProxyType({}), IGNORED)
+    checked = validated(embeddings_schema(), body)
     model = served_model(body, (model_name, *aliases))
     texts = _texts(body.get("input"), max_inputs)
     if check is not None:
@@ -59,10 +56,8 @@ def parse_embeddings(body: Any, model_name: str, dimensions: Optional[int] = Non
     if not isinstance(encoding, str) or encoding not in ENCODING_FORMATS:
         raise OpenAIError(f"Invalid value for 'encoding_format': expected one of {', '.join(ENCODING_FORMATS)}, "
                           f"got {encoding!r}"[:300], param="encoding_format")
-    wanted = body.get("dimensions")
+    wanted = checked.dimensions
     if wanted is not None:
-        if isinstance(wanted, bool) or not isinstance(wanted, int):
-            raise invalid_type("dimensions", "an integer", wanted)
         if wanted != dimensions:
             size = f"its {dimensions}" if dimensions is not None else "its own size"
             raise unsupported_value("dimensions", f"this model's vectors cannot be shortened: send {size} or nothing")

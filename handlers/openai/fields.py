@@ -6,7 +6,7 @@ explicitly. Any other value is a 400 naming it (code "unsupported_value"), never
 since the answer would not be what was asked for. Fields that only label a request for OpenAI's own
 bookkeeping (`user`, `metadata`, ...) are accepted with any value of their type. A field OpenAI does
 not have is a 400 ("Unrecognized request argument"), except our two extensions, the ones vLLM's
-OpenAI server also takes: `top_k` and `ignore_eos`.
+OpenAI server also takes: `top_k` and `ignore_eos`. These tables make the request models (bodies.py).
 """
 
 from __future__ import annotations
@@ -14,14 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Optional
+from typing import Any
 
-from handlers.openai.errors import (
-    OpenAIError,
-    invalid_type,
-    model_not_found,
-    unsupported_value,
-)
+from handlers.openai.errors import invalid_type, model_not_found
 
 EXTENSIONS = ("top_k", "ignore_eos")
 
@@ -92,6 +87,10 @@ CHAT_IGNORED: Mapping[str, Ignored] = MappingProxyType({
 })
 
 
+EMBEDDINGS_HONOURED = frozenset({"model", "input", "encoding_format", "dimensions"})
+EMBEDDINGS_IGNORED: Mapping[str, Ignored] = MappingProxyType({"user": _STRING})
+
+
 def same_json(a: Any, b: Any) -> bool:
     """Equal as JSON values: true is not 1, 0 is 0.0."""
     if isinstance(a, bool) or isinstance(b, bool):
@@ -105,30 +104,6 @@ def same_json(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def json_object(body: Any) -> Mapping[str, Any]:
-    if not isinstance(body, Mapping):
-        raise invalid_type("body", "a JSON object", body)
-    return body
-
-
-def check_fields(body: Mapping[str, Any], honoured: frozenset, neutral: Mapping[str, Neutral],
-                 ignored: Mapping[str, Ignored]) -> None:
-    """Every field known, and every field we do not honour harmless."""
-    for name, value in body.items():
-        if name in honoured:
-            continue
-        if name in neutral:
-            if value is not None and not any(same_json(value, v) for v in neutral[name].values):
-                raise unsupported_value(name, neutral[name].why)
-        elif name in ignored:
-            kind = ignored[name]
-            if value is not None and (not isinstance(value, kind.types) or (bool not in kind.types
-                                                                             and isinstance(value, bool))):
-                raise invalid_type(name, kind.expected, value)
-        else:
-            raise OpenAIError(f"Unrecognized request argument supplied: {name}", param=name)
-
-
 def served_model(body: Mapping[str, Any], names: Sequence[str]) -> str:
     """The model named, to echo in answers: one of `names` (the first when the body names none)."""
     model = body.get("model")
@@ -139,40 +114,3 @@ def served_model(body: Mapping[str, Any], names: Sequence[str]) -> str:
     if model not in names:
         raise model_not_found(model)
     return model
-
-
-def flag(body: Mapping[str, Any], name: str) -> bool:
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise invalid_type(name, "a boolean", value)
-    return value
-
-
-def include_usage(body: Mapping[str, Any], stream: bool) -> bool:
-    """stream_options.include_usage; stream_options.include_obfuscation is accepted (no obfuscation is
-    sent); stream_options.continuous_usage_stats (vLLM's, which benchmark clients send) is read by
-    `continuous_usage`."""
-    options: Optional[Any] = body.get("stream_options")
-    if options is None:
-        return False
-    if not isinstance(options, Mapping):
-        raise invalid_type("stream_options", "an object", options)
-    if not stream:
-        raise OpenAIError("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-                          param="stream_options")
-    for key, value in options.items():
-        name = f"stream_options.{key}"
-        if key not in ("include_usage", "include_obfuscation", "continuous_usage_stats"):
-            raise OpenAIError(f"Unrecognized request argument supplied: {name}", param=name)
-        if value is not None and not isinstance(value, bool):
-            raise invalid_type(name, "a boolean", value)
-    return options.get("include_usage") is True
-
-
-def continuous_usage(body: Mapping[str, Any]) -> bool:
-    """Every streamed chunk carries the token counts so far (vLLM's `continuous_usage_stats`, with
-    include_usage); checked by `include_usage` first."""
-    options = body.get("stream_options") or {}
-    return options.get("include_usage") is True and options.get("continuous_usage_stats") is True
