@@ -20,7 +20,7 @@ OWN_ARGPARSE = {"device-check", "variants"}
 # Modules others keep with their own argparse, registered as they are (their verbs' --help still works).
 OWN_PARSERS = ("device_check.py", "device_check_pack.py", "export_variants.py")
 # Flags a verb declares with another meaning than the shared option's: the tuner's space of worker counts.
-OWN_MEANING = {("tune", "--workers")}
+OWN_MEANING = {("tune", "--workers"), ("tune-ray", "--workers")}
 
 
 def verb_parser(verb: str, monkeypatch) -> argparse.ArgumentParser:
