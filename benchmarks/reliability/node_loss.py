@@ -159,9 +159,12 @@ def run(plan: NodeLossPlan, model_store: Path, progress: Progress = say) -> Node
                 progress(f"killing node {killed_node[:8]} (pid {node_pid}) under {plan.clients} clients")
                 killed_at = time.perf_counter()
                 killed = kill_node(node_pid)
-                replicas_back = _wait_replicas(gcs, plan, killed_node, killed_at, killed_at + plan.after_s)
+                # A spare node: the lost replica can come back there (polled under the load); none: the load goes on.
+                spare = 1 + plan.worker_nodes > plan.replicas
+                replicas_back = _wait_replicas(gcs, plan, killed_node, killed_at, killed_at + plan.after_s) if spare else None
+                time.sleep(max(0.0, killed_at + plan.after_s - time.perf_counter()))
                 traffic = loop.stop()
-            if replicas_back is None:
+            if replicas_back is None and spare:
                 replicas_back = _wait_replicas(gcs, plan, killed_node, killed_at, time.perf_counter() + plan.replace_wait_s)
             after = placement(gcs, os.environ)
             samples = loop.snapshot()
@@ -208,15 +211,14 @@ def markdown(result: NodeLossResult, command: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
     p = cli.parser("ray-node-loss", __doc__.split("\n\n")[0])
-    cli.add(p, "model_store", "out")
+    cli.add(p, "model", "model_store", "out", model={"help": f"default: {NodeLossPlan.model}"})
     defaults = NodeLossPlan()
-    p.add_argument("--model", default=defaults.model)
     for name in ("worker_nodes", "replicas", "cpus_per_node", "clients"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     for name in ("before_s", "after_s", "timeout_s"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(defaults, name))
     args = p.parse_args(argv)
-    plan = NodeLossPlan(args.model, args.worker_nodes, args.replicas, args.cpus_per_node, args.clients,
+    plan = NodeLossPlan(args.model or defaults.model, args.worker_nodes, args.replicas, args.cpus_per_node, args.clients,
                         args.before_s, args.after_s, args.timeout_s)
     result = run(plan, Path(args.model_store))
     folder = cli.report_folder(args.out, "ray-node-loss", plan.model)
