@@ -4,7 +4,7 @@
     python -m benchmarks bench --help       # one verb's options
 
 Each verb is a module with `main(argv) -> exit status`; this dispatcher imports only the one asked
-for, and turns the family's errors (LauncherError: the launcher's, BenchmarkError, TuneError) and
+for, and turns the errors (LauncherError: the launcher's; BenchmarkError: the verbs', TuneError among them) and
 Ctrl-C into one line and an exit status.
 """
 
@@ -62,6 +62,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         hint = f"did you mean {close[0]!r}? " if close else ""
         print(f"python -m benchmarks: unknown verb {verb!r}: {hint}one of {', '.join(VERBS)}", file=sys.stderr)
         return 2
+    from benchmarks.load.errors import BenchmarkError
     from build.errors import BuildError
     from serving.errors import LauncherError
 
@@ -75,7 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"\n{verb}: interrupted; every server was stopped", file=sys.stderr)
         return 130
-    except (LauncherError, BuildError) as err:
+    except (LauncherError, BenchmarkError, BuildError) as err:
         print(f"error [{verb}]: {err}", file=sys.stderr)
         return 2
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.load import cli
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.traffic import capacity, say
 from benchmarks.reliability import badinput, deadlines, faults, overload, security, soak
 from benchmarks.reliability.findings import Findings, table
@@ -34,7 +35,7 @@ def attempt(errors: list[str], name: str, step: Callable):
     """Run one check; a check that cannot run is recorded, and the others still run."""
     try:
         return step()
-    except (LauncherError, OSError) as exc:  # OSError: requests' errors too
+    except (LauncherError, BenchmarkError, OSError) as exc:  # OSError: requests' errors too
         say(f"{name} could not run: {exc}")
         errors.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         return None

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.load import cli
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.stats import P99_MIN_SAMPLES
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
@@ -161,7 +162,7 @@ def main(argv: Sequence[str]) -> int:
             print(f"\ninterrupted: resume with  .venv/bin/python -m benchmarks tune --resume {shown(options.folder)}",
                   file=sys.stderr)
             return 130
-        except (LauncherError, BuildError) as exc:  # tuner, launcher, benchmark, config, build errors
+        except (LauncherError, BenchmarkError, BuildError) as exc:  # tuner, launcher, benchmark, config, build errors
             print(f"error [{options.model}]: {exc}", file=sys.stderr)
             status = 2
     return status

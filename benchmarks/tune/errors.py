@@ -1,4 +1,4 @@
-"""The tuner's exceptions: a branch of the benchmarks' one family (`LauncherError` catches them all)."""
+"""The tuner's exceptions: a branch of the benchmarks' one family (`BenchmarkError` catches them all)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.bench.generation import throughput
+from benchmarks.bench.generation_load import throughput
 from benchmarks.load import cli, stats
 from benchmarks.load.budget import Budget
 from benchmarks.load.environment import cpu_model

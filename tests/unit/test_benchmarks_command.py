@@ -52,6 +52,21 @@ def test_no_verb_lists_them_all(capsys):
     assert all(verb in out for verb in VERBS)
 
 
+def test_a_verb_that_cannot_measure_ends_in_one_line_and_status_2(monkeypatch, capsys):
+    from benchmarks.bench import served
+    from benchmarks.load.errors import BenchmarkError
+    from serving.errors import LauncherError
+
+    assert not issubclass(BenchmarkError, LauncherError)  # the benchmarks' family is their own
+
+    def refuses(argv):
+        raise BenchmarkError("no archive to measure: run make build")
+
+    monkeypatch.setattr(served, "main", refuses)
+    assert main(["bench"]) == 2
+    assert capsys.readouterr().err == "error [bench]: no archive to measure: run make build\n"
+
+
 def test_an_unknown_verb_is_refused_naming_the_closest(capsys):
     assert main(["tuen", "--model", "minilm"]) == 2
     err = capsys.readouterr().err
