@@ -8,8 +8,11 @@ Each catalogue model's default archive, extracted. Where its weights are larger 
   the model's eager archive of the same entry is carried instead, its weights dropped; its source
   (a Hugging Face config, the model's Python files) is staged from the catalogue, and the variant's
   own settings are kept beside it. At check time a TorchScript variant is traced again from the
-  random eager model (so its rows run the TorchScript graph); any other runs eager, and its rows
-  say so.
+  random eager model (so its rows run the TorchScript graph), and an AOTInductor variant is
+  exported and compiled again there, for that machine's CPU and torch (a package is compiled for one
+  CPU and one torch; the archive runs on the CPU on a GPU host too); where that cannot be done (no
+  C++ compiler there, an export refused) and for any other variant the eager model runs, and its
+  rows say so and why.
 The pack also holds TorchServe's Python package without its frontend (the handlers' metrics import
 it). A pack over LIMIT_MIB is refused, naming its largest models.
 """
@@ -24,7 +27,7 @@ from typing import Any, Optional
 
 import yaml
 
-from serving.errors import BenchmarkError
+from benchmarks.load.errors import BenchmarkError
 
 RANDOM_WEIGHTS = "random-weights.json"  # a packed model's marker: make its weights at check time
 SERVED_CONFIG = "model-config.variant.yaml"  # a re-made model's own model-config.yaml, for its re-trace
@@ -68,7 +71,9 @@ def pack(catalogue: Path, store: Path, into: Path, max_weights_mib: float) -> li
         config = read_config(folder)
         weights = folder / config["handler"]["weights"]
         how = "as built"
-        if weights.stat().st_size > max_weights_mib * 2**20:
+        # An AOTInductor package runs on the CPU and torch that compiled it: always made again there.
+        compiled = config["handler"]["runtime"].get("graph") == "aoti"
+        if compiled or weights.stat().st_size > max_weights_mib * 2**20:
             if config["handler"].get("source") is not None:  # an eager archive: the architecture is in it
                 weights.unlink()
                 how = "random weights"
@@ -126,9 +131,16 @@ def random_weights(folder: Path) -> str:
         return f"{settings.variant or 'eager'}, random weights"
     variant_config = yaml.safe_load(served.read_text())
     variant = variant_config["handler"].get("variant") or "?"
-    if variant_config["handler"]["runtime"].get("graph") == "torchscript":
+    graph = variant_config["handler"]["runtime"].get("graph")
+    if graph == "torchscript":
         _retrace(folder, model.eval(), family, variant_config)
         return f"{variant}, re-traced here from random weights"
+    if graph == "aoti":
+        why = _recompile(folder, model.eval(), family, variant_config)
+        if why is None:
+            return f"{variant}, exported and compiled here from random weights"
+        torch.save(model.state_dict(), folder / settings.weights)
+        return f"eager in place of {variant} ({why}), random weights"
     # No way to re-make this serialisation here: the eager model runs in its place, and says so.
     torch.save(model.state_dict(), folder / settings.weights)
     return f"eager in place of {variant}, random weights"
@@ -150,3 +162,28 @@ def _retrace(folder: Path, model, family, variant_config: dict[str, Any]) -> Non
     torch.jit.save(trace(model, family, settings), str(folder / settings.weights))
     (folder / "model-config.yaml").write_text(yaml.safe_dump(variant_config, sort_keys=False))
     (folder / SERVED_CONFIG).unlink()
+
+
+def _recompile(folder: Path, model, family, variant_config: dict[str, Any]) -> Optional[str]:
+    """The AOTInductor package made again here from `model`; None, or why it could not be."""
+    import torch
+
+    from build.aoti_export import export_aoti
+    from build.errors import ExportError
+    from handlers import runtime
+    from handlers.settings import HandlerSettings
+
+    rt = variant_config["handler"]["runtime"]
+    dtype = runtime.resolve_precision(rt.get("precision", "fp32"), torch.device("cpu"))
+    if dtype is None:
+        rt["precision"] = "fp32"  # compiled as this CPU runs it: the label follows
+    settings = HandlerSettings.from_mapping(variant_config["handler"])
+    example = family.example_batch(2)
+    try:
+        export_aoti(model, example if isinstance(example, tuple) else (example,), folder / settings.weights, dtype,
+                    f"{folder.name} variant aoti (device check)")
+    except ExportError as err:
+        return str(err)[:300]
+    (folder / "model-config.yaml").write_text(yaml.safe_dump(variant_config, sort_keys=False))
+    (folder / SERVED_CONFIG).unlink()
+    return None

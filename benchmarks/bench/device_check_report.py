@@ -79,6 +79,9 @@ def markdown(report: dict) -> str:
                 verdict += f": {a['problem']}"
             lines.append(f"| {result['model']} | {_runs(result)} | {a['device']} | {a['precision']} | "
                          f"{_tf32(a)} | {a['kind']} | {_fmt(a['worst'], 4)} | {a['target']} | {verdict} |")
+    skipped = [(r["model"], why) for r in report["results"] for why in r.get("skipped", [])]
+    if skipped:
+        lines += ["", "## Not run (and why)", ""] + [f"- {model}: {why}" for model, why in skipped]
     failures = [(r["model"], e) for r in report["results"] for e in r.get("errors", [])]
     if failures:
         lines += ["", "## Failed (each cost its own rows only)", ""]

@@ -123,7 +123,7 @@ def graph_speedup(plain, graphed, requests, seconds: float) -> dict[str, float]:
 
 def lm_check(plan, model: str, folder, budget, handler_for: Callable, progress) -> dict[str, Any]:
     """A causal LM: greedy tokens on each device against the CPU's fp32, and the engine's tokens/s at
-    plan.streams concurrent sequences of 64 tokens. A device that fails costs its own row."""
+    plan.streams concurrent sequences of plan.lm_tokens tokens. A device that fails costs its own row."""
     from benchmarks.load.inputs import worker_requests
 
     requests = worker_requests(model, plan.catalogue)
@@ -146,7 +146,7 @@ def lm_check(plan, model: str, folder, budget, handler_for: Callable, progress) 
             same = sum(a == b for a, b in zip(reference, greedy))
             result["agreement"].append({"device": device, **label, "kind": "greedy tokens",
                                         "worst": same / len(greedy), "target": 1.0, "passed": same == len(greedy)})
-            long = _greedy(family, asked[0], tokens=64)
+            long = _greedy(family, asked[0], tokens=plan.lm_tokens)
             started = time.perf_counter()
             done = engine.generate([(f"s{i}", long) for i in range(plan.streams)])
             _sync(handler.device)

@@ -28,7 +28,8 @@ def pack(tiny_catalogue, tiny_dirs, tmp_path_factory):
 def run(tiny_catalogue, pack, out, *more) -> dict:
     with virtual_cuda():
         code = device_check.main(["--catalogue", str(tiny_catalogue), "--from-pack", str(pack), "--devices", "cpu,cuda",
-                                  "--batch-sizes", "1,4", "--seconds", "0.05", "--streams", "3", "--out", str(out),
+                                  "--batch-sizes", "1,4", "--seconds", "0.05", "--streams", "3", "--lm-tokens", "8",
+                                  "--out", str(out),
                                   *more])
     assert code == 0
     (folder,) = list(out.iterdir())
@@ -83,3 +84,73 @@ def test_each_row_says_what_ran(tiny_catalogue, pack, tmp_path):
     assert {(r["device"], r["precision"], r["tf32"]) for r in image["rows"]} == {
         ("cpu", "fp32", False), ("cpu", "bf16", False), ("cuda", "fp32", True), ("cuda", "bf16", True)} - (
         set() if device_check.precisions("cpu") == ("fp32", "bf16") else {("cpu", "bf16", False)})
+
+
+def _as_aoti_default(pack, tmp_path):
+    """The packed tiny_image as the pack carries an AOTInductor default: its eager form without
+    weights, the aoti variant's settings beside it."""
+    import shutil
+
+    import yaml
+
+    from benchmarks.bench.device_check_pack import SERVED_CONFIG
+
+    folder = tmp_path / "tiny_image"
+    shutil.copytree(pack / "tiny_image", folder)
+    config = yaml.safe_load((folder / "model-config.yaml").read_text())
+    aoti = {**config, "handler": {**config["handler"], "variant": "aoti", "weights": "model.pt2",
+                                  "runtime": {**config["handler"]["runtime"], "graph": "aoti", "device": "cpu"}}}
+    aoti["handler"].pop("source", None)  # a serialised variant carries none
+    (folder / SERVED_CONFIG).write_text(yaml.safe_dump(aoti))
+    (folder / device_check.RANDOM_WEIGHTS).write_text(json.dumps({"dropped": "model.pt2", "how": "re-made from source"}))
+    return folder
+
+
+def test_an_aoti_default_is_compiled_again_on_the_checking_machine(pack, tmp_path, monkeypatch):
+    """A package runs on the CPU and torch that compiled it: the check exports and compiles it again
+    from the random model there (the real compile: tests/archives), or runs eager saying why not."""
+    import yaml
+
+    from benchmarks.bench.device_check_pack import random_weights
+    from build import aoti_export
+    from build.errors import ExportError
+
+    compiled = []
+
+    def compile_here(model, example, target, dtype, where):
+        compiled.append((type(model).__name__, tuple(example[0].shape), target.name))
+        target.write_bytes(b"package")
+        return target
+
+    monkeypatch.setattr(aoti_export, "export_aoti", compile_here)
+    folder = _as_aoti_default(pack, tmp_path / "ok")
+    assert random_weights(folder) == "aoti, exported and compiled here from random weights"
+    assert compiled and compiled[0][2] == "model.pt2"
+    assert yaml.safe_load((folder / "model-config.yaml").read_text())["handler"]["runtime"]["graph"] == "aoti"
+
+    def no_compiler(*args):
+        raise ExportError("tiny_image variant aoti: AOTInductor needs a C++ compiler at build time and none is on PATH")
+
+    monkeypatch.setattr(aoti_export, "export_aoti", no_compiler)
+    folder = _as_aoti_default(pack, tmp_path / "refused")
+    runs = random_weights(folder)
+    assert runs.startswith("eager in place of aoti (") and "needs a C++ compiler" in runs
+    assert yaml.safe_load((folder / "model-config.yaml").read_text())["handler"]["runtime"].get("graph", "eager") == "eager"
+
+
+def test_an_archive_that_runs_on_the_cpu_says_why_it_has_no_gpu_rows(tiny_catalogue, pack, tmp_path):
+    import shutil
+
+    import yaml
+
+    copy = tmp_path / "pack"
+    shutil.copytree(pack, copy)
+    config_file = copy / "tiny_tensor" / "model-config.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    config["handler"]["runtime"]["device"] = "cpu"
+    config_file.write_text(yaml.safe_dump(config))
+    report = run(tiny_catalogue, copy, tmp_path / "out", "--model", "tiny_tensor")
+    (tensor,) = report["results"]
+    assert {r["device"] for r in tensor["rows"]} == {"cpu"} and tensor["errors"] == []
+    assert tensor["skipped"][0].startswith("cuda: the archive runs on the CPU")
+    assert "## Not run (and why)" in next((tmp_path / "out").iterdir()).joinpath("report.md").read_text()
