@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.load import stats
-from benchmarks.load.cli import table
+from benchmarks.load.cli import figure, table
 
 SPECULATION = ("off", "draft", "lookup")
 SECOND_THREAD = "2, second thread"
@@ -160,54 +160,37 @@ def _cdf(ax, series, title: str, log_x: bool = False) -> None:
 
 
 def plots(report: dict, folder: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sv, ip = report["served"], report["inprocess"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    _cdf(ax, (("idle server", sv["ttft_idle"]), (f"{report['clients'] - 1} long generations running", sv["ttft_busy"])),
-         f"{report['model']}: time to first token (CDF)")
-    ax.set_ylabel("fraction of short requests")
-    fig.tight_layout()
-    fig.savefig(folder / "ttft.png", dpi=110)
-    plt.close(fig)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    axes[0].bar(["recompute", "KV cache"], [statistics.median(ip["recompute_tokens_per_s"]),
-                                            statistics.median(ip["kv_cache_tokens_per_s"])], color=["grey", "tab:blue"])
-    axes[0].set_title(f"in-process, 1 sequence, {ip['new_tokens']} tokens")
-    axes[0].set_ylabel("tokens/s")
-    axes[1].bar(["one at a time", "continuous batching"], [sv["batch_size_1"]["tokens_per_s"],
-                                                         sv["continuous"]["tokens_per_s"]], color=["grey", "tab:blue"])
-    axes[1].set_title(f"served, {report['clients']} clients x {report['new_tokens']} tokens")
-    fig.tight_layout()
-    fig.savefig(folder / "tokens.png", dpi=110)
-    plt.close(fig)
+    with figure(folder / "ttft.png", figsize=(6, 4)) as ax:
+        _cdf(ax, (("idle server", sv["ttft_idle"]), (f"{report['clients'] - 1} long generations running", sv["ttft_busy"])),
+             f"{report['model']}: time to first token (CDF)")
+        ax.set_ylabel("fraction of short requests")
+    with figure(folder / "tokens.png", 1, 2, figsize=(9, 3.5)) as axes:
+        axes[0].bar(["recompute", "KV cache"], [statistics.median(ip["recompute_tokens_per_s"]),
+                                                statistics.median(ip["kv_cache_tokens_per_s"])], color=["grey", "tab:blue"])
+        axes[0].set_title(f"in-process, 1 sequence, {ip['new_tokens']} tokens")
+        axes[0].set_ylabel("tokens/s")
+        axes[1].bar(["one at a time", "continuous batching"], [sv["batch_size_1"]["tokens_per_s"],
+                                                             sv["continuous"]["tokens_per_s"]], color=["grey", "tab:blue"])
+        axes[1].set_title(f"served, {report['clients']} clients x {report['new_tokens']} tokens")
     if "further" not in report:
         return
     further, spec, width = report["further"], ip["speculation"], 0.25
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for i, mode in enumerate(SPECULATION):
-        axes[0].bar([j + i * width for j in range(len(spec))],
-                    [statistics.median(v[f"{mode}_tokens_per_s"]) for v in spec.values()], width, label=mode)
-        axes[1].bar([j + i * width for j in range(3)], [further["speculation"][mode][c] for c in ("1", "2", "8")],
-                    width, label=mode)
-    axes[0].set_xticks([j + width for j in range(len(spec))], list(spec))
-    axes[0].set_title("in-process, one sequence")
-    axes[0].set_ylabel("tokens/s")
-    axes[1].set_xticks([j + width for j in range(3)], ["1 client", "2 clients", "8 clients"])
-    axes[1].set_title("served, continuous batching")
-    axes[1].legend(title="speculation")
-    fig.tight_layout()
-    fig.savefig(folder / "speculation.png", dpi=110)
-    plt.close(fig)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    _cdf(axes[0], (("hit", further["prefix"]["hit"]), ("miss", further["prefix"]["miss"])), "prefix cache", True)
-    priority = further["priority"]
-    _cdf(axes[1], (("high, idle", priority["high_idle"]), ("high, saturated", priority["high_busy"]),
-                   ("low, saturated", priority["low_busy"])), "priorities", True)
-    axes[0].set_ylabel("fraction of requests")
-    fig.tight_layout()
-    fig.savefig(folder / "ttft_classes.png", dpi=110)
-    plt.close(fig)
+    with figure(folder / "speculation.png", 1, 2, figsize=(10, 3.8)) as axes:
+        for i, mode in enumerate(SPECULATION):
+            axes[0].bar([j + i * width for j in range(len(spec))],
+                        [statistics.median(v[f"{mode}_tokens_per_s"]) for v in spec.values()], width, label=mode)
+            axes[1].bar([j + i * width for j in range(3)], [further["speculation"][mode][c] for c in ("1", "2", "8")],
+                        width, label=mode)
+        axes[0].set_xticks([j + width for j in range(len(spec))], list(spec))
+        axes[0].set_title("in-process, one sequence")
+        axes[0].set_ylabel("tokens/s")
+        axes[1].set_xticks([j + width for j in range(3)], ["1 client", "2 clients", "8 clients"])
+        axes[1].set_title("served, continuous batching")
+        axes[1].legend(title="speculation")
+    with figure(folder / "ttft_classes.png", 1, 2, figsize=(10, 3.8)) as axes:
+        _cdf(axes[0], (("hit", further["prefix"]["hit"]), ("miss", further["prefix"]["miss"])), "prefix cache", True)
+        priority = further["priority"]
+        _cdf(axes[1], (("high, idle", priority["high_idle"]), ("high, saturated", priority["high_busy"]),
+                       ("low, saturated", priority["low_busy"])), "priorities", True)
+        axes[0].set_ylabel("fraction of requests")

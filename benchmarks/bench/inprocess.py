@@ -216,31 +216,23 @@ def markdown(results: dict[str, list[Measurement]], report: dict) -> str:
 
 
 def plot(results: dict[str, list[Measurement]], path: Path, args) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [(model, b) for model in results for b in args.batch_size]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 0.5 * max(len(r) for r in results.values())
-                                                      / len(args.batch_size) + 2.5), squeeze=False)
-    for ax, (model, batch_size) in zip(axes[0], panels):
-        rows = [row for row in results[model] if row.batch_size == batch_size]
-        values = [row.items_per_s for row in rows]
-        colours = ["#999999" if row.variant.startswith("naive") else "#2ca02c" if row.ratio_to_default == 1.0
-                   else "#1f77b4" for row in rows]
-        bars = ax.barh([row.variant for row in rows], values, color=colours)
-        for bar, row in zip(bars, rows):
-            vs_default = f", {row.ratio_to_default:.2f}x default" if row.ratio_to_default else ""
-            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {row.ratio_to_naive:.1f}x naive{vs_default}",
-                    va="center", fontsize=8)
-        ax.invert_yaxis()
-        ax.set_xlabel("items/s (pre + inference + post)")
-        ax.set_title(f"{model}, batch {batch_size}, {args.threads} thread(s)")
-        ax.set_xlim(0, max(values) * 1.45)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    height = 0.5 * max(len(r) for r in results.values()) / len(args.batch_size) + 2.5
+    with cli.figure(path, 1, len(panels), figsize=(6.5 * len(panels), height), squeeze=False) as axes:
+        for ax, (model, batch_size) in zip(axes[0], panels):
+            rows = [row for row in results[model] if row.batch_size == batch_size]
+            values = [row.items_per_s for row in rows]
+            colours = ["#999999" if row.variant.startswith("naive") else "#2ca02c" if row.ratio_to_default == 1.0
+                       else "#1f77b4" for row in rows]
+            bars = ax.barh([row.variant for row in rows], values, color=colours)
+            for bar, row in zip(bars, rows):
+                vs_default = f", {row.ratio_to_default:.2f}x default" if row.ratio_to_default else ""
+                ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {row.ratio_to_naive:.1f}x naive{vs_default}",
+                        va="center", fontsize=8)
+            ax.invert_yaxis()
+            ax.set_xlabel("items/s (pre + inference + post)")
+            ax.set_title(f"{model}, batch {batch_size}, {args.threads} thread(s)")
+            ax.set_xlim(0, max(values) * 1.45)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.load import stats
-from benchmarks.load.cli import table
+from benchmarks.load.cli import figure, table
 
 
 def capacity_text(arm: dict) -> str:
@@ -54,30 +54,22 @@ def markdown(report: dict) -> str:
 
 
 def plot(report: dict, folder: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    ratios = [p["ratio"] for p in report["distinct_pairs"]]
-    axes[2].bar(range(1, len(ratios) + 1), ratios, color="#2ca02c")
-    axes[2].axhline(1.0, color="grey", linewidth=0.8)
-    axes[2].axhline(0.97, color="red", linewidth=0.8, linestyle="--", label="3% slower")
-    axes[2].set_ylim(min(0.85, min(ratios) - 0.02), max(1.15, max(ratios) + 0.02))
-    axes[2].set_xlabel("alternating pair")
-    axes[2].set_title(f"all-distinct, cache / no cache at concurrency {report['distinct_pair_ratio']['level']}")
-    axes[2].legend()
-    for ax, workload in zip(axes, ("zipf", "distinct")):
-        for arm, style in (("cache", "o-"), ("no_cache", "s--")):
-            points = [p for p in report[workload][arm]["points"] if p["p99_ms"] is not None]
-            ax.plot([p["achieved_rps"] for p in points], [p["p99_ms"] for p in points], style, label=arm)
-        ax.axhline(report["slo_ms"], color="grey", linewidth=0.8)
-        ax.set_yscale("log")
-        ax.set_xlabel("achieved req/s (open loop)")
-        ax.set_title(workload)
-        ax.legend()
-    axes[0].set_ylabel("p99 latency, ms")
-    fig.tight_layout()
-    fig.savefig(folder / "capacity.png", dpi=110)
-    plt.close(fig)
+    with figure(folder / "capacity.png", 1, 3, figsize=(14, 3.8)) as axes:
+        ratios = [p["ratio"] for p in report["distinct_pairs"]]
+        axes[2].bar(range(1, len(ratios) + 1), ratios, color="#2ca02c")
+        axes[2].axhline(1.0, color="grey", linewidth=0.8)
+        axes[2].axhline(0.97, color="red", linewidth=0.8, linestyle="--", label="3% slower")
+        axes[2].set_ylim(min(0.85, min(ratios) - 0.02), max(1.15, max(ratios) + 0.02))
+        axes[2].set_xlabel("alternating pair")
+        axes[2].set_title(f"all-distinct, cache / no cache at concurrency {report['distinct_pair_ratio']['level']}")
+        axes[2].legend()
+        for ax, workload in zip(axes, ("zipf", "distinct")):
+            for arm, style in (("cache", "o-"), ("no_cache", "s--")):
+                points = [p for p in report[workload][arm]["points"] if p["p99_ms"] is not None]
+                ax.plot([p["achieved_rps"] for p in points], [p["p99_ms"] for p in points], style, label=arm)
+            ax.axhline(report["slo_ms"], color="grey", linewidth=0.8)
+            ax.set_yscale("log")
+            ax.set_xlabel("achieved req/s (open loop)")
+            ax.set_title(workload)
+            ax.legend()
+        axes[0].set_ylabel("p99 latency, ms")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -172,3 +173,21 @@ def verdict(*results: Any, report: Optional[Path] = None) -> int:
     if report is not None:
         print(f"report: {report}")
     return 0 if all(r.passed for r in results) else 1
+
+
+@contextmanager
+def figure(path: Path, *args: Any, dpi: int = 110, **kwargs: Any) -> Iterator[Any]:
+    """A report's PNG: yields the axes of `plt.subplots(*args, **kwargs)` (matplotlib's Agg backend)
+    and saves the figure to `path` when the block ends."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(*args, **kwargs)
+    try:
+        yield axes
+        fig.tight_layout()
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)

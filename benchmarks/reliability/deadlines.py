@@ -200,40 +200,32 @@ def report_table(result: DeadlineComparison) -> str:
 
 def write_report(result: DeadlineComparison, out: Path, command: str) -> Path:
     """report.md, report.json and deadlines.png in `out`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out.mkdir(parents=True, exist_ok=True)
     environment = describe_environment()
     (out / "report.json").write_text(json.dumps({**result.to_json(), "environment": environment}, indent=2) + "\n",
                                      encoding="utf-8")
-    fig, (bars, cdf) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"wspace": 0.45})
-    colours = {"200 in time": "#2ca02c", "200 late": "#98df8a", "503": "#ff7f0e", "504": "#1f77b4",
-               "other 5xx": "#d62728", "4xx": "#9467bd", "lost": "#000000"}
-    labels = [r.label for r in result.runs]
-    bottoms = [0.0] * len(result.runs)
-    for name in OUTCOMES:
-        shares = [r.outcomes[name] / max(1, r.traffic.sent) * 100 for r in result.runs]
-        bars.bar(labels, shares, bottom=bottoms, color=colours[name], label=name)
-        bottoms = [b + s for b, s in zip(bottoms, shares)]
-    bars.set_ylabel("% of requests sent")
-    bars.set_title(f"{result.model}: {result.runs[0].offered_rps:.0f} req/s offered "
-                   f"({result.factor:g}x capacity)", fontsize=10)
-    bars.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    for run in result.runs:
-        if run.ok_latencies_ms:
-            n = len(run.ok_latencies_ms)
-            cdf.plot(run.ok_latencies_ms, [100.0 * (i + 1) / n for i in range(n)], label=f"{run.label} (n={n})")
-    cdf.axvline(result.budget_ms, color="#555555", linestyle="--", label=f"budget {result.budget_ms} ms (2x SLO)")
-    cdf.set_xlabel("latency of the 200s from intended send (ms)")
-    cdf.set_ylabel("% of the 200s")
-    cdf.set_title("answered requests", fontsize=10)
-    cdf.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / "deadlines.png", dpi=100)
-    plt.close(fig)
+    with cli.figure(out / "deadlines.png", 1, 2, figsize=(12, 4.2), gridspec_kw={"wspace": 0.45}, dpi=100) as (bars, cdf):
+        colours = {"200 in time": "#2ca02c", "200 late": "#98df8a", "503": "#ff7f0e", "504": "#1f77b4",
+                   "other 5xx": "#d62728", "4xx": "#9467bd", "lost": "#000000"}
+        labels = [r.label for r in result.runs]
+        bottoms = [0.0] * len(result.runs)
+        for name in OUTCOMES:
+            shares = [r.outcomes[name] / max(1, r.traffic.sent) * 100 for r in result.runs]
+            bars.bar(labels, shares, bottom=bottoms, color=colours[name], label=name)
+            bottoms = [b + s for b, s in zip(bottoms, shares)]
+        bars.set_ylabel("% of requests sent")
+        bars.set_title(f"{result.model}: {result.runs[0].offered_rps:.0f} req/s offered "
+                       f"({result.factor:g}x capacity)", fontsize=10)
+        bars.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        for run in result.runs:
+            if run.ok_latencies_ms:
+                n = len(run.ok_latencies_ms)
+                cdf.plot(run.ok_latencies_ms, [100.0 * (i + 1) / n for i in range(n)], label=f"{run.label} (n={n})")
+        cdf.axvline(result.budget_ms, color="#555555", linestyle="--", label=f"budget {result.budget_ms} ms (2x SLO)")
+        cdf.set_xlabel("latency of the 200s from intended send (ms)")
+        cdf.set_ylabel("% of the 200s")
+        cdf.set_title("answered requests", fontsize=10)
+        cdf.legend(fontsize=8, loc="lower right")
     lines = [f"# Overload with and without deadlines: {result.model}", "",
              f"`{command}`", "",
              f"{environment['cpu']}, {environment['logical_cpus']} CPUs, torch {environment['torch']}, torchserve "

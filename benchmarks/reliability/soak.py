@@ -161,36 +161,28 @@ def soak(ts: TorchServe, model: str, minutes: float, capacity_rps: float, fracti
 
 def write_report(result: SoakResult, out_dir: Path) -> Path:
     """soak.json and soak.png (RSS and p99 over time) in out_dir."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "soak.json").write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     minutes = [p.t_s / 60 for p in result.points]
-    fig, (rss_ax, p99_ax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for group in GROUPS:
-        rss_ax.plot(minutes, [p.rss_mb[group] for p in result.points], marker=".",
-                    label=f"{group} ({result.growth_text(group)})")
-    rss_ax.set_ylabel("RSS (MB)")
-    rss_ax.set_ylim(bottom=0)
-    rss_ax.legend(loc="lower right")
-    rss_ax.set_title(f"soak {result.model}: {result.rate_rps:.1f} req/s, {result.traffic.ok} ok "
-                     f"of {result.traffic.sent}", fontsize=10)
-    p99_ax.plot(minutes, [p.p99_ms if p.p99_ms is not None else float("nan") for p in result.points],
-                marker=".", color="#d62728", label="p99 per window")
-    p99_ax.set_ylabel("p99 latency (ms)")
-    if result.warmup_points:
-        for ax in (rss_ax, p99_ax):
-            ax.axvspan(0, minutes[result.warmup_points - 1], color="#dddddd", label=None)
-        rss_ax.text(0, 5, " warm-up", fontsize=8, va="bottom")
-    p99_ax.set_xlabel("minutes")
-    p99_ax.set_ylim(bottom=0)
-    p99_ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out_dir / "soak.png", dpi=100)
-    plt.close(fig)
+    with cli.figure(out_dir / "soak.png", 2, 1, figsize=(8, 6), sharex=True, dpi=100) as (rss_ax, p99_ax):
+        for group in GROUPS:
+            rss_ax.plot(minutes, [p.rss_mb[group] for p in result.points], marker=".",
+                        label=f"{group} ({result.growth_text(group)})")
+        rss_ax.set_ylabel("RSS (MB)")
+        rss_ax.set_ylim(bottom=0)
+        rss_ax.legend(loc="lower right")
+        rss_ax.set_title(f"soak {result.model}: {result.rate_rps:.1f} req/s, {result.traffic.ok} ok "
+                         f"of {result.traffic.sent}", fontsize=10)
+        p99_ax.plot(minutes, [p.p99_ms if p.p99_ms is not None else float("nan") for p in result.points],
+                    marker=".", color="#d62728", label="p99 per window")
+        p99_ax.set_ylabel("p99 latency (ms)")
+        if result.warmup_points:
+            for ax in (rss_ax, p99_ax):
+                ax.axvspan(0, minutes[result.warmup_points - 1], color="#dddddd", label=None)
+            rss_ax.text(0, 5, " warm-up", fontsize=8, va="bottom")
+        p99_ax.set_xlabel("minutes")
+        p99_ax.set_ylim(bottom=0)
+        p99_ax.legend(loc="lower right")
     return out_dir
 
 

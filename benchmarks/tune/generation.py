@@ -253,25 +253,17 @@ def remeasured(candidate: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    asynchronous = report.get("mode") == "async"
-    for layout in sorted({(c["workers"], c["threads"]) for c in report["candidates"]}):
-        rows = [c for c in report["candidates"] if (c["workers"], c["threads"]) == layout]
-        ax.plot([c["ttft_p99_ms"] for c in rows], [c["tokens_per_s"] for c in rows], "o-",
-                label=f"{layout[0]} worker(s) x {layout[1]} thread(s)")
-        for c in rows:
-            ax.annotate(f"{c.get('clients')} streams" if asynchronous else f"b{c['batch_size']}",
-                        (c["ttft_p99_ms"], c["tokens_per_s"]), fontsize=8)
-    ax.axvline(report["slo_ms"], color="red", linestyle="--", label="SLO")
-    ax.set_xlabel("TTFT p99, ms")
-    ax.set_ylabel("tokens/s")
-    ax.set_title(f"{report['model']}: candidates")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with cli.figure(path, figsize=(6, 4)) as ax:
+        asynchronous = report.get("mode") == "async"
+        for layout in sorted({(c["workers"], c["threads"]) for c in report["candidates"]}):
+            rows = [c for c in report["candidates"] if (c["workers"], c["threads"]) == layout]
+            ax.plot([c["ttft_p99_ms"] for c in rows], [c["tokens_per_s"] for c in rows], "o-",
+                    label=f"{layout[0]} worker(s) x {layout[1]} thread(s)")
+            for c in rows:
+                ax.annotate(f"{c.get('clients')} streams" if asynchronous else f"b{c['batch_size']}",
+                            (c["ttft_p99_ms"], c["tokens_per_s"]), fontsize=8)
+        ax.axvline(report["slo_ms"], color="red", linestyle="--", label="SLO")
+        ax.set_xlabel("TTFT p99, ms")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(f"{report['model']}: candidates")
+        ax.legend()

@@ -30,6 +30,7 @@ from typing import Optional
 import yaml
 
 from benchmarks.load import loadgen, runner
+from benchmarks.load.errors import BenchmarkError
 from benchmarks.tune import command
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.measure import ServedMeasurer, ServePlan, point_from
@@ -165,7 +166,7 @@ def main(argv: Sequence[str]) -> int:
             verified = verify_file(path, options.model_store, progress)
         except KeyboardInterrupt:
             return 130
-        except LauncherError as exc:  # the launcher's, the tuner's and the config's errors
+        except (LauncherError, BenchmarkError) as exc:  # the launcher's, the tuner's and the config's errors
             print(f"error [{options.model}]: {exc}", file=sys.stderr)
             status = 2
             continue

@@ -300,38 +300,32 @@ def markdown(report: dict) -> str:
 def plot(path: Path, report: dict) -> None:
     """Every measured point on throughput vs p99, one colour per candidate; each candidate's best
     point within the SLO circled, the chosen one starred; grid points in grey."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     slo = report["slo_ms"]
     chosen = (report.get("chosen") or {}).get("key")
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for r in report.get("grid") or []:
-        pts = [p for p in r["points"] if p["p99_ms"] is not None]
-        ax.scatter([p["achieved_rps"] for p in pts], [p["p99_ms"] for p in pts], s=10, color="#bbbbbb",
-                   label="grid points" if r is report["grid"][0] else None)
-    colours = plt.get_cmap("tab10")
-    for index, r in enumerate(report.get("search") or []):
-        pts = sorted((p for p in r["points"] if p["p99_ms"] is not None), key=lambda p: p["achieved_rps"])
-        colour = "#444444" if r["phase"] == "defaults" else colours(index % 10)
-        label = ("TorchServe defaults " if r["phase"] == "defaults" else "") + r["key"]
-        ax.plot([p["achieved_rps"] for p in pts], [p["p99_ms"] for p in pts], "o", ms=5, color=colour, label=label)
-        if r["best"]:
-            marker, size = ("*", 260) if r["key"] == chosen and r["phase"] == "search" else ("o", 90)
-            ax.scatter([r["best"]["achieved_rps"]], [r["best"]["p99_ms"]], marker=marker, s=size,
-                       facecolors="none" if marker == "o" else colour, edgecolors=colour, zorder=5)
-    ax.axhline(slo, color="red", ls="--", lw=1, label=f"SLO p99 {slo:g} ms")
-    ax.set_yscale("log")
-    ax.set_xlabel("served throughput, req/s (open loop)")
-    ax.set_ylabel("p99 latency, ms (log)")
-    ax.set_title(f"{report['model']}: measured candidates (star: chosen)")
-    ax.legend(fontsize=7, loc="upper left")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with cli.figure(path, figsize=(8, 5)) as ax:
+        for r in report.get("grid") or []:
+            pts = [p for p in r["points"] if p["p99_ms"] is not None]
+            ax.scatter([p["achieved_rps"] for p in pts], [p["p99_ms"] for p in pts], s=10, color="#bbbbbb",
+                       label="grid points" if r is report["grid"][0] else None)
+        import matplotlib
+
+        colours = matplotlib.colormaps["tab10"]
+        for index, r in enumerate(report.get("search") or []):
+            pts = sorted((p for p in r["points"] if p["p99_ms"] is not None), key=lambda p: p["achieved_rps"])
+            colour = "#444444" if r["phase"] == "defaults" else colours(index % 10)
+            label = ("TorchServe defaults " if r["phase"] == "defaults" else "") + r["key"]
+            ax.plot([p["achieved_rps"] for p in pts], [p["p99_ms"] for p in pts], "o", ms=5, color=colour, label=label)
+            if r["best"]:
+                marker, size = ("*", 260) if r["key"] == chosen and r["phase"] == "search" else ("o", 90)
+                ax.scatter([r["best"]["achieved_rps"]], [r["best"]["p99_ms"]], marker=marker, s=size,
+                           facecolors="none" if marker == "o" else colour, edgecolors=colour, zorder=5)
+        ax.axhline(slo, color="red", ls="--", lw=1, label=f"SLO p99 {slo:g} ms")
+        ax.set_yscale("log")
+        ax.set_xlabel("served throughput, req/s (open loop)")
+        ax.set_ylabel("p99 latency, ms (log)")
+        ax.set_title(f"{report['model']}: measured candidates (star: chosen)")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(alpha=0.3)
 
 
 def write(folder: Path, report: dict) -> Path:

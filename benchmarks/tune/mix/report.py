@@ -107,36 +107,28 @@ def markdown(content: dict) -> str:
 
 
 def plot(content: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = list(content["options"]["mix"]["shares"])
-    fig, axes = plt.subplots(1, 1 + len(names), figsize=(5 + 4.5 * len(names), 4))
-    labels = [f"c{i}" for i in range(1, len(content["search"]) + 1)] + ["alone values", "tuned"]
-    values = [t["capacity"]["capacity_rps"] for t in content["search"]]
-    values += [content["reference"]["capacity_rps"], content["verified"]["capacity_rps"]]
-    axes[0].bar(labels, values, color=["#999"] * len(content["search"]) + ["#d62728", "#2ca02c"])
-    axes[0].set_ylabel("total req/s within every SLO")
-    axes[0].set_title("capacity in the mix")
-    axes[0].tick_params(axis="x", labelrotation=30)
-    slo = content["options"]["mix"]["slo_ms"]
-    for ax, name in zip(axes[1:], names):
-        for key, colour, label in (("reference", "#d62728", "alone values"), ("verified", "#2ca02c", "tuned")):
-            points = sorted(content[key]["points"], key=lambda p: p["offered_rps"])
-            xs = [p["offered_rps"] for p in points if p["models"][name]["latency_ms"]]
-            ys = [p["models"][name]["latency_ms"]["p99_ms"] for p in points if p["models"][name]["latency_ms"]]
-            ax.plot(xs, ys, "o-", color=colour, label=label)
-        ax.axhline(slo[name], color="k", linestyle="--", linewidth=1, label="SLO")
-        ax.set_yscale("log")
-        ax.set_xlabel("total offered req/s")
-        ax.set_ylabel("p99 (ms)")
-        ax.set_title(name)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with cli.figure(path, 1, 1 + len(names), figsize=(5 + 4.5 * len(names), 4)) as axes:
+        labels = [f"c{i}" for i in range(1, len(content["search"]) + 1)] + ["alone values", "tuned"]
+        values = [t["capacity"]["capacity_rps"] for t in content["search"]]
+        values += [content["reference"]["capacity_rps"], content["verified"]["capacity_rps"]]
+        axes[0].bar(labels, values, color=["#999"] * len(content["search"]) + ["#d62728", "#2ca02c"])
+        axes[0].set_ylabel("total req/s within every SLO")
+        axes[0].set_title("capacity in the mix")
+        axes[0].tick_params(axis="x", labelrotation=30)
+        slo = content["options"]["mix"]["slo_ms"]
+        for ax, name in zip(axes[1:], names):
+            for key, colour, label in (("reference", "#d62728", "alone values"), ("verified", "#2ca02c", "tuned")):
+                points = sorted(content[key]["points"], key=lambda p: p["offered_rps"])
+                xs = [p["offered_rps"] for p in points if p["models"][name]["latency_ms"]]
+                ys = [p["models"][name]["latency_ms"]["p99_ms"] for p in points if p["models"][name]["latency_ms"]]
+                ax.plot(xs, ys, "o-", color=colour, label=label)
+            ax.axhline(slo[name], color="k", linestyle="--", linewidth=1, label="SLO")
+            ax.set_yscale("log")
+            ax.set_xlabel("total offered req/s")
+            ax.set_ylabel("p99 (ms)")
+            ax.set_title(name)
+            ax.legend()
 
 
 def write(folder: Path, content: dict) -> Path:
