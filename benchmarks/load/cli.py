@@ -164,6 +164,16 @@ def model_or_first(model: Optional[str]) -> str:
     return model or Catalogue.load(CATALOGUE).names[0]
 
 
+class Checked:
+    """A check's result: `problems` (what failed, one line each) and `passed` when there are none."""
+
+    problems: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
 def verdict(*results: Any, report: Optional[Path] = None) -> int:
     """Print each result's summary and problems (objects with summary(), problems, passed); 0 when all passed."""
     for result in results:

@@ -55,7 +55,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class CorpusResult:
+class CorpusResult(cli.Checked):
     outcomes: tuple[Outcome, ...]
     batchmates: tuple[Outcome, ...]  # the valid requests sent in the same batch as invalid ones
     mixed_batches: int  # batches that held 2+ accepted requests while the corpus ran
@@ -83,10 +83,6 @@ class CorpusResult:
             out.append("no batch held two accepted requests: batch-mates were never tested together")
         out += [f"worker restarted: {r}" for r in self.restarted_workers]
         return tuple(out) + self.log_problems
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def summary(self) -> str:
         invalid = sum(1 for o in self.outcomes if not o.case.valid)

@@ -69,7 +69,7 @@ class RunFigures:
 
 
 @dataclass(frozen=True)
-class DeadlineComparison:
+class DeadlineComparison(cli.Checked):
     model: str
     slo_ms: float
     budget_ms: int
@@ -95,10 +95,6 @@ class DeadlineComparison:
         if self.runs[0].outcomes["504"]:
             out.append(f"deadlines: {self.runs[0].outcomes['504']} x 504 in the run without deadlines")
         return tuple(out)
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def summary(self) -> str:
         parts = []

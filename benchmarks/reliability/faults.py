@@ -45,7 +45,7 @@ _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT")
 
 
 @dataclass(frozen=True)
-class KillResult:
+class KillResult(cli.Checked):
     model: str
     killed_pid: int
     new_pids: tuple[int, ...]
@@ -67,10 +67,6 @@ class KillResult:
         if self.failed_after_recovery:
             out.append(f"{self.model}: {self.failed_after_recovery} requests failed after recovery")
         return tuple(out)
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def summary(self) -> str:
         rec = "never" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
@@ -186,7 +182,7 @@ class LoadFailure:
 
 
 @dataclass(frozen=True)
-class BrokenArchivesResult:
+class BrokenArchivesResult(cli.Checked):
     healthy_model: str
     failures: tuple[LoadFailure, ...]
     traffic: Traffic  # the healthy model's, throughout
@@ -197,10 +193,6 @@ class BrokenArchivesResult:
         if self.traffic.ok != self.traffic.sent or not self.traffic.sent:
             out.append(f"{self.healthy_model} did not keep serving: {self.traffic.describe()}")
         return tuple(out)
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def summary(self) -> str:
         parts = [f"{f.archive.name} ({f.archive.what}) -> {f.api_status} {f.api_message!r}, log: {f.log_line[-120:]!r}"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from benchmarks.load import stats
+from benchmarks.load import cli, stats
 from benchmarks.load.traffic import Traffic
 from benchmarks.reliability import badinput, deadlines, faults, overload, security, soak
 
@@ -19,7 +19,7 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Findings:
+class Findings(cli.Checked):
     corpus: Optional[badinput.CorpusResult] = None
     kill: Optional[faults.KillResult] = None
     archives: Optional[faults.BrokenArchivesResult] = None
@@ -91,10 +91,6 @@ class Findings:
         out = [p for r in (self.corpus, self.kill, self.archives, self.overload, self.soak, self.deadline_overload)
                if r for p in r.problems]
         return tuple(out) + tuple(c.line() for c in self.checks if not c.passed) + self.errors
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
 
 def table(rows: Sequence[Row]) -> str:

@@ -42,7 +42,7 @@ MIN_SERVED_SHARE = 0.2
 
 
 @dataclass(frozen=True)
-class OverloadResult:
+class OverloadResult(cli.Checked):
     model: str
     capacity_rps: float
     offered_rps: float
@@ -92,10 +92,6 @@ class OverloadResult:
             if self.rss_growth_pct(group) > bound:
                 out.append(f"{group} RSS grew {self.rss_growth_pct(group):.0f}% (bound {bound:.0f}%)")
         return tuple(out) + self.healthy_after
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def summary(self) -> str:
         rss = ", ".join(f"{g} {self.rss_before[g] / 2**20:.0f}->{self.rss_peak[g] / 2**20:.0f} MB" for g in RSS_BOUND_PCT)

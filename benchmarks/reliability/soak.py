@@ -59,7 +59,7 @@ class Point:
 
 
 @dataclass(frozen=True)
-class SoakResult:
+class SoakResult(cli.Checked):
     model: str
     capacity_rps: float
     rate_rps: float
@@ -95,10 +95,6 @@ class SoakResult:
             elif growth >= GROWTH_LIMIT_PCT:
                 out.append(f"{group} RSS grew {growth:.1f}% (limit {GROWTH_LIMIT_PCT:.0f}%)")
         return tuple(out)
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def summary(self) -> str:
         growth = ", ".join(f"{g} {self.growth_text(g)}" for g in GROUPS)
