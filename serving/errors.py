@@ -1,4 +1,4 @@
-"""The one exception family of benchmarks/ (every wing raises these): catch `LauncherError` for all."""
+"""The launcher's exception family (serving/): catch `LauncherError` for all."""
 
 from __future__ import annotations
 
@@ -22,8 +22,3 @@ class ApiError(LauncherError):
         super().__init__(f"{method} {url} -> HTTP {status}: {body[:500]}")
         self.status = status
         self.body = body
-
-
-class BenchmarkError(LauncherError):
-    """A benchmark, tuning or reliability step could not run or measure (bad options, a load point
-    where every request failed, an archive to test missing)."""
