@@ -9,8 +9,11 @@ sequence dimension of 2-D integer inputs (token ids and masks); every other dime
 channels and size) is fixed at the exported example's, which lets Inductor specialise its kernels.
 A reduced precision (runtime.precision bf16/fp16, where this CPU runs it natively) is exported as
 an autocast region inside the graph, so its casts are compiled in, as a TorchScript trace keeps them.
-Inductor's freezing folds the weights into the compiled graph (oneDNN prepacks the convolutions and
-linear layers).
+Inductor's freezing folds the weights into the compiled graph (batch norms into their convolutions;
+oneDNN prepacks the convolutions and linear layers and fuses their activations); it needs autograd
+off while compiling, or Inductor skips it without a word. Its generated kernels take their thread
+count from the worker at run time (`cpp.dynamic_threads`): by default Inductor writes the compiling process's count into every
+parallel loop, and the build's count is not the worker's (the tuner sets that per worker).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 from build.errors import ExportError
 from build.shapes import dynamic_shapes
 
-INDUCTOR_CONFIGS = {"freezing": True}
+INDUCTOR_CONFIGS = {"freezing": True, "cpp.dynamic_threads": True}
 DRAFT = "torch.export.draft_export(model, args, dynamic_shapes=...) lists every problem at once"
 
 
@@ -63,8 +66,9 @@ def compile_package(program: torch.export.ExportedProgram, target: Path, where: 
         raise ExportError(f"{where}: AOTInductor needs a C++ compiler at build time and none is on PATH: install "
                           "g++ (apt-get install g++), or drop aoti from the entry's variants")
     try:
-        path = torch._inductor.aoti_compile_and_package(program, package_path=str(target),
-                                                        inductor_configs=dict(INDUCTOR_CONFIGS))
+        with torch.no_grad():  # Inductor applies freezing only with autograd off, silently otherwise
+            path = torch._inductor.aoti_compile_and_package(program, package_path=str(target),
+                                                            inductor_configs=dict(INDUCTOR_CONFIGS))
     except Exception as err:  # noqa: BLE001 - Inductor's lowering and the C++ compiler raise many types
         raise ExportError(f"{where}: AOTInductor compile failed ({type(err).__name__}: {_first_line(err)}): "
                           "drop aoti from the entry's variants (the others still build)") from None

@@ -185,7 +185,8 @@ def build_entry(catalogue: Catalogue, name: str, root: Path, store: Path, force:
     held_out = [f.resolve(root, f"model {name!r} gate.held_out") for f in entry.gate.held_out]
     digest = input_hash(catalogue.raw_entries[name], root, entry.model.input_files(root), [*extras.values(), *held_out])
     if any(v.serialisation == "aoti" for v in entry.variants):  # compiled C++: the compiler is an input too
-        digest = hashlib.sha256(f"{digest} cxx={aoti_export.compiler_version()}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{digest} cxx={aoti_export.compiler_version()} "
+                                f"inductor={sorted(aoti_export.INDUCTOR_CONFIGS.items())}".encode()).hexdigest()
     state = _read_state(store)
     lines, todo = {}, []
     for variant in asked:

@@ -32,6 +32,7 @@ from benchmarks.load.inputs import worker_requests
 from build.archive import BuildResult, build_entry
 from build.catalogue import Catalogue
 from build.errors import BuildError
+from handlers import runtime
 from serving.fake_context import FakeContext, extract
 from serving.repo import CATALOGUE, REPO_ROOT
 
@@ -43,6 +44,7 @@ THREADS = 1
 @dataclass
 class Row:
     variant: str
+    precision: Optional[str] = None  # what the worker ran: its ready line's precision
     archive_mib: Optional[float] = None
     export_s: Optional[float] = None  # export / trace / compile alone
     build_s: Optional[float] = None  # the variant's whole build: export, smoke test, gate, self-check, archive
@@ -131,6 +133,7 @@ def measure_model(catalogue: Catalogue, model: str, only, batch_sizes: Sequence[
         row.archive_mib = round(line.archive.stat().st_size / 2**20, 1)
         handler, context, row.ready_s = ready(extract(line.archive, scratch / f"{model}-{name}"), model, max(batch_sizes))
         row.ready_s = round(row.ready_s, 2)
+        row.precision = runtime.precision_label(handler.settings.runtime, handler.autocast_dtype)
         handlers[name] = (handler, context)
         progress(f"{model} {name}: export {export_s:.1f} s, build {build_s:.1f} s, ready {row.ready_s} s, "
                  f"{row.archive_mib} MiB, gate {line.gate}")
@@ -163,9 +166,9 @@ def markdown(report: dict) -> str:
              "self-check and archive; ready s: the handler's initialize (load, self-check, warm-up).", ""]
     for model, data in report["models"].items():
         lines += [f"## {model}", "", f"![{model}]({model}.png)", "", *cli.table(
-            ("variant", *(f"items/s b{b}" for b in sizes), "p50 b1 ms", "export s", "build s", "archive MiB",
+            ("variant", "precision", *(f"items/s b{b}" for b in sizes), "p50 b1 ms", "export s", "build s", "archive MiB",
              "ready s", "gate"),
-            [(r["variant"], *(r["items_per_s"].get(str(b)) for b in sizes), r["p50_ms_batch1"], r["export_s"],
+            [(r["variant"], r.get("precision") or "-", *(r["items_per_s"].get(str(b)) for b in sizes), r["p50_ms_batch1"], r["export_s"],
               r["build_s"], r["archive_mib"], r["ready_s"], r["gate"] if not r["archived"] else (
                   f"{r['gate_worst']:.4f}" if r["gate_worst"] is not None else "-"))
              for r in data["rows"]]), ""]

@@ -3,6 +3,10 @@ AOTInductor variant the catalogue builds), served in-process the worker's way: o
 every batch size (its batch dimension is dynamic), ImageNet's answer on real photos, and the same
 top-1 as the fp32 eager model on every catalogue example (the gate's rule)."""
 
+import io
+import re
+import zipfile
+
 import pytest
 
 from serving.fake_context import extract
@@ -26,6 +30,21 @@ def test_the_package_is_what_the_worker_runs(aoti_handler):
     handler, _ = aoti_handler
     assert handler.settings.runtime.graph == "aoti" and handler.settings.variant == "aoti"
     assert type(handler.model).__name__ == "AOTICompiledModel" and handler.autocast_dtype is None
+
+
+def test_the_package_was_frozen(model_store):
+    """Freezing folded every batch norm into its convolution and the convolutions run on oneDNN's
+    prepacked, activation-fused kernels: an unfrozen package calls the generic convolution."""
+    with zipfile.ZipFile(extract_pt2(model_store)) as package:
+        wrapper = "".join(package.read(n).decode() for n in package.namelist() if n.endswith("wrapper.cpp"))
+    calls = set(re.findall(r"aoti_torch_cpu_\w+", wrapper))
+    assert "aoti_torch_cpu_convolution" not in calls and "batch_norm" not in wrapper, sorted(calls)
+    assert "aoti_torch_cpu_mkldnn__convolution_pointwise" in calls, sorted(calls)
+
+
+def extract_pt2(model_store):
+    with zipfile.ZipFile(archived(model_store, MODEL, "aoti")) as mar:
+        return io.BytesIO(mar.read("model.pt2"))
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])

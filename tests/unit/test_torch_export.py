@@ -12,7 +12,7 @@ from benchmarks.tune.errors import TuneError
 from benchmarks.tune.variants import eligible
 from build import export
 from build.__main__ import main as build_main
-from build.aoti_export import export_program
+from build.aoti_export import compile_package, export_program
 from build.archive import BuildResult, VariantResult
 from build.catalogue import parse_entry
 from build.errors import CatalogueError, ExportError
@@ -74,6 +74,21 @@ def test_an_aoti_archive_runs_serialised_on_the_cpu_and_keeps_the_entry_precisio
     assert section["runtime"]["device"] == "cpu" and "source" not in section
     assert section["runtime"]["channels_last"] is False
     assert export.device_keys(section) == {"deviceType": "cpu"}
+
+
+def test_the_package_is_compiled_frozen_and_free_of_the_builds_thread_count(tmp_path, monkeypatch):
+    """Inductor freezes (folds batch norms, prepacks oneDNN weights) only with autograd off, and
+    writes the compiling process's thread count into its loops unless told the count is dynamic."""
+    seen = {}
+
+    def compiled(program, package_path, inductor_configs):
+        seen.update(grad=torch.is_grad_enabled(), configs=inductor_configs)
+        return package_path
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compiled)
+    compile_package(object(), tmp_path / "model.pt2", "model 'tiny' variant aoti")
+    assert seen["grad"] is False, "compiled with autograd on: Inductor skips freezing"
+    assert seen["configs"]["freezing"] is True and seen["configs"]["cpp.dynamic_threads"] is True
 
 
 def test_a_cpu_package_refuses_a_gpu(tmp_path):
