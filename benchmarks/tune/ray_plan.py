@@ -29,7 +29,7 @@ from typing import Optional
 
 import yaml
 
-from benchmarks.load import loadgen, runner
+from benchmarks.load import loadgen, resources, runner, server_metrics
 from benchmarks.load.errors import BenchmarkError
 from benchmarks.tune import command
 from benchmarks.tune.errors import TuneError
@@ -83,11 +83,17 @@ class RayMeasurer(ServedMeasurer):
 
     def _measure(self, candidate: Candidate, rate: float, overhead: float) -> Point:
         target, payloads = self._target()
+        # The cluster's processes count as the server's (no TorchServe metrics: the batch figures stay empty).
+        groups = resources.ProcessGroups.for_server(None, [p.pid for p in self._server.processes()])
+
+        def probe():
+            return server_metrics.Scrape.of(""), groups.read()
+
         self.progress(f"  open loop at {rate:.1f} req/s")
         began = time.perf_counter()
         window_s = self.plan.load.window_at(rate)
         result = loadgen.open_loop(target, payloads, rate, self.plan.load.rule, window_s, self.plan.load.connections,
-                                   seed=int(rate * 1000) % 2**31, drain_s=max(5.0, 2 * window_s),
+                                   seed=int(rate * 1000) % 2**31, drain_s=max(5.0, 2 * window_s), probe=probe,
                                    progress=lambda line: self.progress(f"  {line.strip()}"))
         point = point_from(result, self.plan.model, candidate, time.perf_counter() - began, overhead)
         self.progress(f"  {rate:.1f} req/s offered: {point.achieved_rps:.1f} served, p99 {point.p99_ms} ms, "
