@@ -2,7 +2,7 @@
 handlers/families/ beside the family), plus the bodies the size limits refuse.
 
     from benchmarks.reliability.corpus import family_cases
-    for case in family_cases(settings.family, settings.family_settings):   # built on call
+    for case in family_cases(settings.family, settings.family_settings):   # built on first call
         case.body, case.content_type, case.valid, case.expected
 
 `server_cases` depend on the server's max_request_size and are mostly refused by TorchServe itself
@@ -11,6 +11,7 @@ before any worker sees them: they only make sense against a real server.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 from handlers.families import family_class
@@ -25,8 +26,17 @@ __all__ = ["Case", "family_cases", "server_cases", "HANDLER", "FRONTEND", "DEFAU
 
 def family_cases(family: str, settings: Any) -> list[Case]:
     """Everything a model of this family sees and must answer itself (valid, or a 4xx of its own);
-    `settings`: the model's family settings. An unknown family is an error (ConfigError)."""
-    return family_class(family).bad_inputs(settings)
+    `settings`: the model's family settings. An unknown family is an error (ConfigError). Built once
+    per family and settings (an image corpus encodes dozens of images: seconds); the cases are frozen."""
+    try:
+        return list(_cases(family, settings))
+    except TypeError:  # settings that cannot be a cache key: built on call
+        return family_class(family).bad_inputs(settings)
+
+
+@functools.lru_cache(maxsize=16)
+def _cases(family: str, settings: Any) -> tuple[Case, ...]:
+    return tuple(family_class(family).bad_inputs(settings))
 
 
 def server_cases(family: str, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,

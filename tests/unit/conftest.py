@@ -4,6 +4,7 @@ reads model_store/: the archives `make build` makes are tests/archives' business
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,16 @@ from build.catalogue import Catalogue
 from serving.fake_context import extract
 from tests.inprocess import encode, make_handler, png_of  # noqa: F401 - the tests import them from here
 from tests.tiny import tiny_project
+
+# Property tests (hypothesis, derandomized: a failure reproduces on every run): `make test` and CI run
+# a third of each test's examples, `make test-all` (HYPOTHESIS_PROFILE=thorough) every one.
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
+
+
+def fuzz_examples(thorough: int) -> int:
+    """A property test's example count: `thorough` under make test-all, a third of it otherwise."""
+    return thorough if THOROUGH else max(10, thorough // 3)
+
 
 # The build times every variant for its report (1.5 s per batch size by default): meaningless for
 # tiny models, and most of the build's time.

@@ -21,10 +21,11 @@ from handlers.generation.engine_loop import Done, EngineLoop, Failed, Ticket
 from handlers.generation.params import GenerationRequest
 from handlers.generation.serving import GenerationService
 from handlers.generation.text import TextStream
+from tests.unit.conftest import fuzz_examples
 
 pytestmark = pytest.mark.unit
 
-POLICY = settings(derandomize=True, database=None, deadline=None, max_examples=150)
+POLICY = settings(derandomize=True, database=None, deadline=None, max_examples=fuzz_examples(150))
 HEADERS = {0: "high", 1: "normal", 2: "low"}
 
 

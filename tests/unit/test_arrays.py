@@ -18,6 +18,7 @@ from handlers.arrays import in_dtype, json_array
 from handlers.errors import BadInput, HandlerError
 from handlers.families.tensor import decode_tensor
 from handlers.families.tensor_settings import NPY, TensorSettings
+from tests.unit.conftest import fuzz_examples
 
 from .test_fuzz_inputs import FUZZ
 
@@ -132,7 +133,7 @@ def test_big_endian_and_fortran_files_read_as_their_values():
         np.testing.assert_array_equal(decode_tensor(npy(array), NPY, model), values)
 
 
-@settings(FUZZ, max_examples=50)
+@settings(FUZZ, max_examples=fuzz_examples(50))
 @given(shape=st.lists(st.integers(1, 3), min_size=1, max_size=3))
 def test_json_nesting_gives_the_array_its_shape(shape):
     values = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)

@@ -37,10 +37,17 @@ def run(tiny_catalogue, pack, out, *more) -> dict:
     return json.loads((folder / "report.json").read_text())
 
 
-def test_every_family_on_both_devices_agrees_and_is_timed(tiny_catalogue, pack, tmp_path):
+@pytest.fixture(scope="module")
+def full(tiny_catalogue, pack, tmp_path_factory) -> tuple[dict, object]:
+    """One run of every model on both devices (the tests below read its report) and its folder."""
+    out = tmp_path_factory.mktemp("full")
+    return run(tiny_catalogue, pack, out), next(out.iterdir())
+
+
+def test_every_family_on_both_devices_agrees_and_is_timed(pack, full):
     assert (pack / "tiny_text" / device_check.RANDOM_WEIGHTS).is_file()
-    report = run(tiny_catalogue, pack, tmp_path)
-    assert (next(tmp_path.iterdir()) / "throughput.png").stat().st_size > 0
+    report, folder = full
+    assert (folder / "throughput.png").stat().st_size > 0
     assert report["budget"]["left_out"] == []
     families = {r["family"] for r in report["results"]}
     assert families == {"image_classifier", "text_embedder", "tensor", "quantile_forecaster", "causal_lm"}
@@ -77,9 +84,8 @@ def test_a_model_that_fails_costs_its_own_rows_only(tiny_catalogue, pack, tmp_pa
     assert "## Failed" in next(tmp_path.iterdir()).joinpath("report.md").read_text()
 
 
-def test_each_row_says_what_ran(tiny_catalogue, pack, tmp_path):
-    report = run(tiny_catalogue, pack, tmp_path, "--model", "tiny_image")
-    (image,) = report["results"]
+def test_each_row_says_what_ran(full):
+    (image,) = [r for r in full[0]["results"] if r["model"] == "tiny_image"]
     assert image["runs"] == "eager, random weights"
     assert {(r["device"], r["precision"], r["tf32"]) for r in image["rows"]} == {
         ("cpu", "fp32", False), ("cpu", "bf16", False), ("cuda", "fp32", True), ("cuda", "bf16", True)} - (

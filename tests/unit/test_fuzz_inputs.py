@@ -22,11 +22,12 @@ from handlers.families.image_bytes import encode, photo
 from handlers.families.image_classifier import ImageSettings
 from handlers.families.image_decode import decode_image
 from handlers.families.text_embedder import _VISIBLE, TextSettings, text_from_body
+from tests.unit.conftest import fuzz_examples
 
 pytestmark = pytest.mark.unit
 
 # Deterministic (a failure reproduces on every run), no example database written into the repo.
-FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=300,
+FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=fuzz_examples(300),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 IMAGES = ImageSettings(max_body_bytes=256 * 1024, max_image_pixels=4_000_000)
 TEXTS = TextSettings()

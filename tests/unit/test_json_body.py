@@ -20,12 +20,13 @@ from handlers.families.forecaster import ForecasterSettings, QuantileForecaster
 from handlers.families.tensor import TensorSettings, decode_tensor
 from handlers.families.text_embedder import TextSettings, text_from_body
 from handlers.json_body import MAX_DEPTH, body_size, check_size, read_json
+from tests.unit.conftest import fuzz_examples
 
 from .test_fuzz_inputs import FUZZ
 
 pytestmark = pytest.mark.unit
 
-QUICK = settings(FUZZ, max_examples=100)
+QUICK = settings(FUZZ, max_examples=fuzz_examples(100))
 
 JSON = "application/json"
 FINITE = st.floats(allow_nan=False, allow_infinity=False)

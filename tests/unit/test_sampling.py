@@ -8,11 +8,12 @@ from hypothesis import strategies as st
 
 from handlers.generation.params import MAX_TEMPERATURE, GenerationRequest
 from handlers.generation.sampling import sample_one
+from tests.unit.conftest import fuzz_examples
 
 pytestmark = pytest.mark.unit
 
 
-@settings(derandomize=True, database=None, deadline=None, max_examples=200)
+@settings(derandomize=True, database=None, deadline=None, max_examples=fuzz_examples(200))
 @given(temperature=st.floats(min_value=5e-324, max_value=MAX_TEMPERATURE),
        top_k=st.integers(0, 1_000_000), top_p=st.floats(min_value=5e-324, max_value=1.0),
        scale=st.floats(min_value=0.0, max_value=1e30), seed=st.integers(0, 2**63 - 1))
