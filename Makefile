@@ -115,6 +115,8 @@ FAST := -m 'not slow'
 test: lint build java-check
 	$(call pytest,$(FAST))
 
+# Every property test's full example count (tests/unit/conftest.py fuzz_examples).
+test-all: export HYPOTHESIS_PROFILE = thorough
 test-all: lint build java-check
 	$(call pytest,)
 
