@@ -1,0 +1,115 @@
+"""The causal LM on Ray Serve (serving/ray/generation.py): the async engine loop in a replica answers
+greedy prompts as the handler does in-process, on /predictions and through the `openai` client at a
+plain /v1 (stream and not), short generations end, and a bad field is that request's own 400."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+
+from handlers.handler import Handler
+from serving.fake_context import FakeContext, extract
+from serving.ray.launcher import RayServe, session_processes
+from serving.ts_config import ModelSettings
+from tests.e2e.conftest import LM
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = "The for statement is used to"
+GREEDY = {"prompt": PROMPT, "max_new_tokens": 8, "temperature": 0}
+TIMEOUT_S = 30.0  # a generation that does not end is a failure, not a hang
+
+
+@pytest.fixture(scope="module")
+def ray_lm(model_store):
+    cluster = RayServe(model_store, models=(LM,), settings={LM: ModelSettings(batch_size=1, max_batch_delay_ms=1)})
+    marker = None
+    try:
+        cluster.start()
+        marker = str(cluster.workdir)
+        yield cluster
+    finally:
+        cluster.stop()
+        left = session_processes(marker) if marker else []
+        for proc in left:
+            proc.kill()
+        assert not left, f"processes left after stop: {[(p.pid, p.name()) for p in left]}"
+
+
+@pytest.fixture(scope="module")
+def client(ray_lm) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{ray_lm.inference_url}/v1", api_key=ray_lm.tokens.inference,
+                         timeout=TIMEOUT_S, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def in_process(model_store, tmp_path_factory) -> dict:
+    """The greedy answer of the archive's handler in-process (one batch per call, no engine loop)."""
+    context = FakeContext(extract(model_store / f"{LM}.mar", tmp_path_factory.mktemp(LM)), LM, batch_size=1)
+    context.model_yaml_config.pop("asyncCommunication", None)
+    handler = Handler()
+    handler.initialize(context)
+    context.headers[0] = {"explain": "False", "url_path": "", "content-type": "application/json"}
+    context.request_ids = {0: "reference"}
+    (answer,) = handler.handle([{"body": GREEDY}], context)
+    return json.loads(answer)
+
+
+def post(ray_lm, body: dict, **kwargs):
+    return ray_lm.predict(LM, json.dumps(body).encode(), "application/json", timeout_s=TIMEOUT_S, **kwargs)
+
+
+def ndjson(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_a_greedy_prompt_answers_as_in_process_whole_and_streamed(ray_lm, in_process):
+    whole = post(ray_lm, GREEDY)
+    assert whole.status_code == 200, whole.text
+    assert whole.json() == in_process
+    streamed = post(ray_lm, {**GREEDY, "stream": True}, stream=True)
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("application/x-ndjson")
+    lines = ndjson(streamed.text)
+    assert len(lines) > 1, lines  # chunks, not one answer
+    assert "".join(line["text"] for line in lines) == in_process["text"]
+    assert lines[-1]["generated_tokens"] == in_process["generated_tokens"]
+
+
+def test_the_openai_client_at_a_plain_v1_stream_and_not(client, in_process):
+    assert LM in [m.id for m in client.models.list().data]
+    whole = client.completions.create(model=LM, prompt=PROMPT, max_tokens=8, temperature=0)
+    assert whole.choices[0].text == in_process["text"]
+    assert whole.usage.completion_tokens == in_process["generated_tokens"]
+    chunks = list(client.completions.create(model=LM, prompt=PROMPT, max_tokens=8, temperature=0, stream=True))
+    assert len(chunks) > 2 and "".join(c.choices[0].text for c in chunks) == in_process["text"]
+    chat = client.chat.completions.create(model=LM, messages=[{"role": "user", "content": PROMPT}], max_tokens=4,
+                                          temperature=0)
+    streamed = client.chat.completions.create(model=LM, messages=[{"role": "user", "content": PROMPT}],
+                                              max_tokens=4, temperature=0, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == chat.choices[0].message.content
+
+
+@pytest.mark.parametrize("tokens", [1, 2])
+def test_one_or_two_new_tokens_are_answered(ray_lm, client, tokens):
+    whole = post(ray_lm, {**GREEDY, "max_new_tokens": tokens})
+    assert whole.status_code == 200 and whole.json()["generated_tokens"] == tokens, whole.text
+    streamed = post(ray_lm, {**GREEDY, "max_new_tokens": tokens, "stream": True}, stream=True)
+    assert streamed.status_code == 200 and ndjson(streamed.text)[-1]["generated_tokens"] == tokens, streamed.text
+    chunks = list(client.completions.create(model=LM, prompt=PROMPT, max_tokens=tokens, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[-1].usage.completion_tokens == tokens
+
+
+def test_a_bad_field_is_its_own_400_while_others_generate(ray_lm, client, in_process):
+    with ThreadPoolExecutor(3) as pool:
+        goods = [pool.submit(post, ray_lm, GREEDY) for _ in range(2)]
+        bad = post(ray_lm, {**GREEDY, "bogus": 1})
+        assert [g.result().json() for g in goods] == [in_process] * 2
+    assert bad.status_code == 400 and "bogus" in bad.json()["message"], bad.text
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=LM, prompt=PROMPT, max_tokens=2, extra_body={"bogus": 1})
+    body = refused.value.body
+    assert body.get("error", body)["param"] == "bogus", body
