@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -62,14 +62,18 @@ class _Audit(TorchFunctionMode):
         self.alive: list[torch.Tensor] = []  # marked storages stay allocated: no address is reused
         self.checked = 0
 
-    def key(self, t: torch.Tensor) -> int:
-        return t.untyped_storage().data_ptr()
+    def key(self, t: torch.Tensor) -> Optional[int]:
+        """The tensor's storage address; None for one without data (torch.export's fake tensors)."""
+        try:
+            return t.untyped_storage().data_ptr()
+        except RuntimeError:
+            return None
 
     def marked(self, t: Any) -> bool:
         return isinstance(t, torch.Tensor) and t.numel() > 0 and self.key(t) in self.on_device
 
     def mark(self, t: Any) -> None:
-        if isinstance(t, torch.Tensor) and t.numel() > 0 and t.device.type == "cpu":
+        if isinstance(t, torch.Tensor) and t.numel() > 0 and t.device.type == "cpu" and self.key(t) is not None:
             self.on_device.add(self.key(t))
             self.alive.append(t)
 
