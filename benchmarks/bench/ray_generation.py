@@ -21,7 +21,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -30,10 +29,9 @@ from benchmarks.bench.generation_load import PLAIN, probes, settings_for, throug
 from benchmarks.load import cli
 from serving.launcher import TorchServe
 from serving.ray.launcher import RayServe
-from serving.repo import MODEL_STORE, REPO_ROOT, shown
+from serving.repo import shown
 from serving.ts_config import ModelSettings
 
-REPORTS = REPO_ROOT / "benchmarks" / "reports"
 log = cli.progress("ray-generation")
 
 
@@ -42,8 +40,8 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def parse(argv: Optional[list[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks ray-generation", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tinylm")
+    p = cli.parser("ray-generation", __doc__.splitlines()[0])
+    cli.add(p, "model_store", "out", model={"default": "tinylm"})
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=2, help="requests per client, per engine")
@@ -51,7 +49,6 @@ def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--ray-threads", type=int, default=0, help="each replica's threads (0: the cores / replicas)")
     p.add_argument("--ts-threads", type=_ints, default=(2,), help="TorchServe's worker threads, comma-separated")
     p.add_argument("--haproxy", action="store_true", help="Ray with Serve's HAProxy ingress instead of its proxy")
-    p.add_argument("--out", type=Path, default=None)
     return p.parse_args(argv)
 
 
@@ -100,19 +97,20 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[2:] if argv is None else argv)
     args = parse(argv)
-    started = time.strftime("%Y%m%d-%H%M%S")
-    out = args.out or REPORTS / f"ray-generation-{args.model}-{started}"
+    started = cli.stamp()
+    out = cli.report_folder(args.out, "ray-generation", args.model, when=started)
     rows = []
     with tempfile.TemporaryDirectory(prefix="raygen-") as tmp:
         store = Path(tmp)
-        with_handler_settings(MODEL_STORE / f"{args.model}.mar", store, args.model, {"causal_lm": {**PLAIN, "mode": "async"}})
+        with_handler_settings(args.model_store / f"{args.model}.mar", store, args.model, {"causal_lm": {**PLAIN, "mode": "async"}})
         rows += [torchserve(store, args, t) for t in args.ts_threads]
         rows += [ray(store, args, n) for n in args.replicas]
         rows.append(torchserve(store, args, args.ts_threads[0]) | {"engine": "TorchServe async, again (drift)"})
     report = {"model": args.model, "when": started, "cpus": os.cpu_count(), "clients": args.clients,
               "new_tokens": args.new_tokens, "rounds": args.rounds,
-              "command": "python -m benchmarks ray-generation " + " ".join(sys.argv[2:] if argv is None else argv),
+              "command": cli.command_line("ray-generation", argv),
               "rows": rows}
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
