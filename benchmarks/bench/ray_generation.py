@@ -5,11 +5,10 @@ archive: output tokens/s at N closed-loop clients, time to first token and the g
 
 Both engines serve one copy of the archive (the KV cache and continuous batching alone: speculation
 and the prefix cache off, as in the generation verb's served rows), streamed /predictions requests
-of `--new-tokens` tokens each. TorchServe: its async mode, one worker (it allows one continuous-
-batching worker per model) at each of `--ts-threads`. Ray: serving/ray/generation.py with
-`--replicas` replicas, the host's cores shared among them (threads = cores / replicas each, or
-`--ray-threads`).
-Engines run one after another, TorchServe first and again last, so a drift of the machine shows.
+of `--new-tokens` tokens each. TorchServe: its async mode in each of `--ts-layouts` (workers x
+threads). Ray: serving/ray/generation.py with `--replicas` replicas, the host's cores shared among
+them (threads = cores / replicas each, or `--ray-threads`). Engines run one after another,
+TorchServe first and again last, so a drift of the machine shows.
 
 Writes benchmarks/reports/ray-generation-<model>-<time>/ (report.json, report.md).
 """
@@ -39,6 +38,14 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(",") if v.strip())
 
 
+def _layouts(text: str) -> tuple[tuple[int, int], ...]:
+    """"1x2,2x1" -> ((1, 2), (2, 1)): workers x threads."""
+    try:
+        return tuple((int(w), int(t)) for w, t in (v.split("x") for v in text.split(",") if v.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give workers x threads, comma-separated (1x2,2x1)") from None
+
+
 def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p = cli.parser("ray-generation", __doc__.splitlines()[0])
     cli.add(p, "model_store", "out", model={"default": "tinylm"})
@@ -47,7 +54,8 @@ def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="requests per client, per engine")
     p.add_argument("--replicas", type=_ints, default=(1, 2), help="Ray replica counts, comma-separated")
     p.add_argument("--ray-threads", type=int, default=0, help="each replica's threads (0: the cores / replicas)")
-    p.add_argument("--ts-threads", type=_ints, default=(2,), help="TorchServe's worker threads, comma-separated")
+    p.add_argument("--ts-layouts", type=_layouts, default=((1, 2), (2, 1)),
+                   help="TorchServe's async-mode layouts, workers x threads, comma-separated")
     p.add_argument("--haproxy", action="store_true", help="Ray with Serve's HAProxy ingress instead of its proxy")
     return p.parse_args(argv)
 
@@ -59,11 +67,12 @@ def measure(server, args, label: str) -> dict:
     return {"engine": label, **row}
 
 
-def torchserve(store: Path, args, threads: int) -> dict:
-    label = f"TorchServe async, 1 worker x {threads} thread(s)"
+def torchserve(store: Path, args, layout: tuple[int, int]) -> dict:
+    workers, threads = layout
+    label = f"TorchServe async, {workers} worker(s) x {threads} thread(s)"
     log(label)
-    with TorchServe(store, models={args.model: settings_for("async", args.clients, threads=threads)},
-                    load=(args.model,)) as server:
+    settings = settings_for("async", args.clients, workers=workers, threads=threads)
+    with TorchServe(store, models={args.model: settings}, load=(args.model,)) as server:
         return measure(server, args, label)
 
 
@@ -105,9 +114,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="raygen-") as tmp:
         store = Path(tmp)
         with_handler_settings(args.model_store / f"{args.model}.mar", store, args.model, {"causal_lm": {**PLAIN, "mode": "async"}})
-        rows += [torchserve(store, args, t) for t in args.ts_threads]
+        rows += [torchserve(store, args, layout) for layout in args.ts_layouts]
         rows += [ray(store, args, n) for n in args.replicas]
-        rows.append(torchserve(store, args, args.ts_threads[0]) | {"engine": "TorchServe async, again (drift)"})
+        again = torchserve(store, args, args.ts_layouts[0])
+        rows.append(again | {"engine": again["engine"] + ", again (drift)"})
     report = {"model": args.model, "when": started, "cpus": os.cpu_count(), "clients": args.clients,
               "new_tokens": args.new_tokens, "rounds": args.rounds,
               "command": cli.command_line("ray-generation", argv),
