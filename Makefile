@@ -16,7 +16,8 @@ ARGS   ?=
 help:
 	@echo "make serve      build the archives config.properties loads, start TorchServe on 127.0.0.1:8080-8082,"
 	@echo "                print curl lines and a gRPC one-liner (127.0.0.1:7070)"
-	@echo "make stop       stop it"
+	@echo "make serve ENGINE=ray  the same archives on Ray Serve (free loopback port, printed; docs/ray.md)"
+	@echo "make stop       stop it (whichever engine runs)"
 	@echo "make test       unit + archives + e2e tests but the slow ones (what CI runs; fails if any fails or none ran);"
 	@echo "                ARGS='-k ...' passes options to pytest;  make test-all: every test, the slow ones too"
 	@echo "make test-unit  tests/unit only: tiny models made on the fly, no build (make test and test-unit lint first)"
@@ -84,17 +85,25 @@ build-serving: $(STAMP)
 # The JVM's console output goes to logs/console.log; the real logs are logs/ts_log.log, model_log.log.
 # serving.serve_wait prints a curl line per model and a Python one-liner for the gRPC API.
 # One shell line, so the Java resolved once serves both --start and the --stop after a failed wait.
+# ENGINE=ray: the same archives on Ray Serve instead (python -m serving.ray start; docs/ray.md).
+ENGINE ?= torchserve
 serve: build-serving
 	@mkdir -p logs
+ifeq ($(ENGINE),ray)
+	$(PY) -m serving.ray start
+else
 	@$(PY) -m serving.serve_wait --check
 	@$(WITH_JAVA) unset TS_CONFIG_FILE; \
 	 echo "+ JAVA_HOME=$$JAVA_HOME $(TS) --start --model-store model_store --ts-config config.properties --ncs"; \
 	 $(TS) --start --model-store model_store --ts-config config.properties --ncs > logs/console.log 2>&1 \
 	   || { tail -n 20 logs/console.log >&2; exit 1; }; \
 	 $(PY) -m serving.serve_wait || { $(TS) --stop; exit 1; }
+endif
 
-# --foreground makes --stop wait (up to 60 s) until the server has exited.
+# Whichever engine runs: a Ray cluster make serve ENGINE=ray recorded (logs/ray-serve.json), then
+# TorchServe (--foreground makes --stop wait, up to 60 s, until the server has exited).
 stop: $(STAMP)
+	$(PY) -m serving.ray stop
 	$(TS) --stop --foreground
 
 # pytest exits 5 when it collected no tests: that is a failure too (make fails on any non-zero).

@@ -1,6 +1,7 @@
 """The engine seam: the one place that knows which server runs the handler.
 
-An engine adapter (TorchServe's: torchserve.py) is all the handlers package knows of its engine. It
+An engine adapter (TorchServe's: torchserve.py; Ray Serve's: ray.py) is all the handlers package
+knows of its engine. It
 
 - reads the worker's start-up facts (`worker(context) -> Worker`: model name and folder, version,
   device id, batch size, the archive's model-config);

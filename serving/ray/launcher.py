@@ -44,9 +44,10 @@ import yaml
 from serving import processes
 from serving.client import Body, Client, Endpoints, Tokens
 from serving.errors import LauncherError, StartupError
-from serving.ray import nodes, serve_config
+from serving.ray import nodes, routes_config, serve_config
+from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE
 from serving.repo import REPO_ROOT
-from serving.ts_config import ModelSettings
+from serving.ts_config import ModelSettings, ServerConfig
 
 MARKER_ENV = "RAY_LAUNCHER_RUN"
 POLL_S = 0.25
@@ -82,18 +83,24 @@ class RayServe:
         env: Mapping[str, str] | None = None,
         start_timeout_s: float = 180.0,
         keep_workdir: Optional[bool] = None,
+        max_request_size: Optional[int] = None,
     ) -> None:
         self.model_store = Path(model_store).resolve()
         self.serve_file = serve_file
         self.apps = (serve_config.read(serve_file, self.model_store) if serve_file is not None else
                      serve_config.plans(self.model_store, tuple(models), dict(settings or {})))
         self.worker_nodes = worker_nodes
-        self.num_cpus = num_cpus or max(os.cpu_count() or 1, *(a.settings.min_workers * (a.settings.threads or 1)
-                                                               for a in self.apps))
+        # Ray's CPU count is what it schedules by: every replica of every app must fit (threads are the
+        # handler's own plan), else a replica waits for a CPU that never frees.
+        self.num_cpus = num_cpus or max(os.cpu_count() or 1, sum(a.settings.min_workers * (a.settings.threads or 1)
+                                                                 for a in self.apps))
         self.haproxy = haproxy
         self.dashboard = dashboard
         self.extra_env = dict(env or {})
         self.start_timeout_s = start_timeout_s
+        # TorchServe's limit on a request body, from the repository's config.properties unless given.
+        self.max_request_size = max_request_size or int(
+            ServerConfig.load(REPO_ROOT / "config.properties").get("max_request_size", str(DEFAULT_MAX_REQUEST_SIZE)))
         # RAY_LAUNCHER_KEEP=1 keeps every cluster's folder (logs, config) for a post-mortem.
         self.keep_workdir = bool(os.environ.get("RAY_LAUNCHER_KEEP")) if keep_workdir is None else keep_workdir
         self.workdir: Optional[Path] = None
@@ -138,26 +145,8 @@ class RayServe:
         workdir, self.workdir = self.workdir, None
         if workdir is None:
             return
-        began = time.monotonic()
         try:
-            # Each node's session (ray start, its daemons, their workers) and whatever carries the
-            # cluster's marker outside those groups (workers in groups of their own, HAProxy): SIGTERM
-            # to all at once, SIGKILL to what is left after the grace period, then a last sweep.
-            tagged = session_processes(str(workdir))
-            for node in self._nodes:
-                _signal_group(node, signal.SIGTERM)
-            alive = [p for p in (processes.process(n.pid) for n in self._nodes) if p is not None]
-            killed = processes.end(list({p.pid: p for p in [*alive, *tagged]}.values()), grace_s=STOP_GRACE_S)
-            for node in self._nodes:
-                _signal_group(node, signal.SIGKILL)
-                try:
-                    node.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    log(f"node process {node.pid} did not exit after SIGKILL")
-            late = session_processes(str(workdir))
-            processes.end(late, grace_s=0.0)
-            if killed or late:
-                log(f"{len(killed)} process(es) needed SIGKILL, {len(late)} more found after the nodes ended")
+            end_cluster(workdir, self._nodes)
         finally:
             self._nodes.clear()
             self._client = None
@@ -166,7 +155,17 @@ class RayServe:
                 log(f"kept {workdir}")
             else:
                 shutil.rmtree(workdir, ignore_errors=True)
-            log(f"stopped in {time.monotonic() - began:.1f} s")
+
+    def detach(self) -> dict[str, Any]:
+        """Leave the cluster running after this process exits (make serve ENGINE=ray): what
+        `stop_detached` needs to end it later (its folder, node pids, URL, key file)."""
+        workdir = self._require_workdir()
+        self.keep_workdir = True
+        state = {"workdir": str(workdir), "node_pids": list(self.node_pids), "url": self.inference_url,
+                 "metrics": self.endpoints.metrics, "key_file": str(workdir / "key_file.json"),
+                 "models": [a.model for a in self.apps]}
+        self.workdir, self._nodes = None, []
+        return state
 
     # -- starting --------------------------------------------------------------------------
     def _start(self, deadline: float) -> None:
@@ -182,14 +181,23 @@ class RayServe:
         for index in range(1, self.worker_nodes + 1):
             self._start_node(nodes.worker(index, self.num_cpus, gcs), env, deadline)
         http_port = processes.free_loopback_ports(1)[0]
-        config = serve_config.write(workdir / "serve.yaml", serve_config.serve_config(
+        config = serve_config.write(workdir / "serve.yaml", self._with_routes(serve_config.serve_config(
             self.apps, http_port, workdir / "archives", key_file) if self.serve_file is None else serve_config.localise(
             yaml.safe_load(self.serve_file.read_text(encoding="utf-8")), self.model_store, http_port,
-            workdir / "archives", key_file))
+            workdir / "archives", key_file), key_file))
         self._deploy(gcs, config, env, deadline)
-        endpoints = Endpoints(inference=f"http://{nodes.HOST}:{http_port}", management="", metrics="")
+        endpoints = Endpoints(inference=f"http://{nodes.HOST}:{http_port}", management="",
+                              metrics=f"http://{nodes.HOST}:{self.head.ports['metrics-export-port']}")
         self._client = Client(endpoints, Tokens.from_key_file(key_file))
         self._wait_http(deadline)
+
+    def _with_routes(self, config: dict[str, Any], key_file: Path) -> dict[str, Any]:
+        """Every model app given the size limit, and the ingress app that serves the other routes."""
+        for app in config["applications"]:
+            app["args"]["max_request_size"] = self.max_request_size
+        models = [app["args"]["model"] for app in config["applications"]]
+        config["applications"].append(routes_config.application(models, str(key_file), self.max_request_size))
+        return config
 
     def _env(self, workdir: Path) -> dict[str, str]:
         env = dict(os.environ)
@@ -303,6 +311,41 @@ class RayServe:
         return self.client.predict(model, body, content_type, **kwargs)
 
 
+def end_cluster(workdir: Path, node_procs: list[subprocess.Popen] | None = None,
+                node_pids: tuple[int, ...] = ()) -> None:
+    """Every process of one cluster ended: each node's session (ray start, its daemons, their workers)
+    and whatever carries the cluster's marker outside those groups (workers in groups of their own,
+    HAProxy): SIGTERM to all at once, SIGKILL to what is left after the grace period, then a last sweep.
+    `node_procs`: the nodes this process started; `node_pids`: those another process started."""
+    began = time.monotonic()
+    procs = list(node_procs or [])
+    pids = [n.pid for n in procs] + list(node_pids)
+    tagged = session_processes(str(workdir))
+    for pid in pids:
+        _signal_group(pid, signal.SIGTERM)
+    alive = [p for p in (processes.process(pid) for pid in pids) if p is not None]
+    killed = processes.end(list({p.pid: p for p in [*alive, *tagged]}.values()), grace_s=STOP_GRACE_S)
+    for pid in pids:
+        _signal_group(pid, signal.SIGKILL)
+    for node in procs:
+        try:
+            node.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log(f"node process {node.pid} did not exit after SIGKILL")
+    late = session_processes(str(workdir))
+    processes.end(late, grace_s=0.0)
+    if killed or late:
+        log(f"{len(killed)} process(es) needed SIGKILL, {len(late)} more found after the nodes ended")
+    log(f"stopped in {time.monotonic() - began:.1f} s")
+
+
+def stop_detached(state: Mapping[str, Any]) -> None:
+    """End a cluster `RayServe.detach` left running, and remove its folder."""
+    workdir = Path(state["workdir"])
+    end_cluster(workdir, node_pids=tuple(int(p) for p in state.get("node_pids", ())))
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def _ray_exe() -> Path:
     exe = Path(sys.executable).parent / "ray"
     if not exe.is_file():
@@ -324,13 +367,13 @@ def _listening(port: int) -> bool:
         return sock.connect_ex((nodes.HOST, port)) == 0
 
 
-def _signal_group(proc: subprocess.Popen, signum: signal.Signals) -> None:
-    """SIGTERM or SIGKILL to the node's whole process group (its session: start_new_session)."""
+def _signal_group(pid: int, signum: signal.Signals) -> None:
+    """SIGTERM or SIGKILL to a node's whole process group (its session: start_new_session)."""
     try:
-        pgid = os.getpgid(proc.pid)
+        pgid = os.getpgid(pid)
     except ProcessLookupError:
         return
-    if pgid != proc.pid:  # not the group it leads: never signal someone else's group
+    if pgid != pid:  # not the group it leads: never signal someone else's group
         return
     try:
         os.killpg(pgid, signum)

@@ -1,9 +1,13 @@
-"""serving/ray/ without a cluster: the Serve config a launcher writes, the TorchServe-like context a
-replica hands the handler, the `ray start` lines of its nodes."""
+"""serving/ray/ without a cluster: the Serve config a launcher writes, the archive a replica unpacks,
+the key check at its door, the Ray engine adapter running a batch (handlers/engines/ray.py), the
+`ray start` lines of its nodes."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -11,8 +15,10 @@ import pytest
 import yaml
 
 from serving.errors import ConfigError, StartupError
-from serving.ray import nodes, serve_config
-from serving.ray.context import Archive, WorkerContext, authorised, decode_body, encode_answer, url_path
+from serving.ray import nodes, routes_config, serve_config
+from serving.ray.archive import Archive
+from serving.ray.routes_door import authorised, url_path
+from serving.repo import REPO_ROOT
 from serving.ts_config import ModelSettings
 
 
@@ -54,38 +60,92 @@ def test_an_unreadable_archive_is_a_startup_error(tmp_path):
         Archive.unpack(tmp_path / "x.mar", tmp_path / "x")
 
 
-def test_the_context_carries_each_requests_headers_and_its_own_status(tmp_path):
+def test_an_archive_unpacks_with_its_manifest_and_config(tmp_path):
     archive = Archive.unpack(make_mar(tmp_path, "a"), tmp_path / "a")
-    assert archive.version == "2.0"
-    worker = WorkerContext("a", archive, batch_size=4)
-    assert worker.system_properties == {"model_dir": str(tmp_path / "a"), "gpu_id": None, "batch_size": 4}
-    assert worker.model_yaml_config["handler"] == {"family": "tensor"}
-    batch = worker.for_batch([{"x-a": "1"}, {"x-b": "2"}], ["id0", "id1"])
-    batch.set_response_status(422, "bad", 1)
-    batch.set_response_content_type(0, "application/json")
-    assert batch.get_all_request_header(1) == {"x-b": "2"} and batch.request_ids == {0: "id0", 1: "id1"}
-    assert (batch.get_response_status(0), batch.get_response_status(1)) == ((200, ""), (422, "bad"))
-    assert batch.get_response_content_type(0) == "application/json" and batch.get_response_content_type(1) is None
-    # the next batch starts clean
-    assert worker.for_batch([{}], ["id2"]).statuses == {}
+    assert archive.version == "2.0" and archive.model_dir == tmp_path / "a"
+    assert archive.model_config["handler"] == {"family": "tensor"}
 
 
-def test_bodies_and_answers_travel_as_torchserves_worker_passes_them():
-    assert decode_body(b'{"a": 1}', "application/json") == {"a": 1}
-    assert decode_body(b"{not json", "application/json") == b"{not json"
-    assert decode_body(b"hi", "text/plain; charset=utf-8") == "hi"
-    assert decode_body(b"\xff", "text/plain") == b"\xff"
-    assert decode_body(b'{"a": 1}', "application/json; charset=utf-8") == b'{"a": 1}'  # TorchServe's exact match
-    assert encode_answer(b"x") == b"x" and encode_answer("é") == "é".encode()
-    assert json.loads(encode_answer({"class": 3})) == {"class": 3}
+def test_an_archive_without_the_modules_ray_needs_is_refused_with_the_fix(tmp_path):
+    archive = Archive.unpack(make_mar(tmp_path, "a"), tmp_path / "a")
+    with pytest.raises(StartupError, match="lacks what Ray needs .*rebuild the archive"):
+        archive.import_package("no_such_package_in_this_archive")
 
 
 def test_url_path_and_the_inference_key():
     assert url_path("/predictions/m", "/predictions/m") == ""
     assert url_path("/predictions/m/1.0/v1/embeddings", "/predictions/m") == "v1/embeddings"
     assert url_path("/predictions/m/v1/models", "/predictions/m") == "v1/models"
-    assert authorised("Bearer k1", "k1") and authorised("bearer k1", "k1")
+    assert url_path("/2.0/v1/embeddings", "/predictions/m") == "v1/embeddings"  # the prefix already taken off
+    assert authorised("Bearer k1", "k1") and authorised("bearer k1", "k1") and authorised("anything", "")
     assert not authorised("Bearer k2", "k1") and not authorised("", "k1") and not authorised("k1", "k1")
+
+
+def test_the_ingress_app_takes_the_root_and_every_model_app_the_size_limit():
+    app = routes_config.application(["a", "b"], "/k/key_file.json", 1234)
+    assert (app["route_prefix"], app["import_path"]) == ("/", "serving.ray.routes:build")
+    assert app["args"] == {"models": ["a", "b"], "key_file": "/k/key_file.json", "max_request_size": 1234}
+    assert app["deployments"][0]["ray_actor_options"] == {"num_cpus": 0}  # takes none of the plan's CPUs
+
+
+ADAPTER = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+
+    class Missing:
+        """A meta path hook: neither TorchServe nor Ray can be imported."""
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("ts", "ray"):
+                raise ImportError(f"not installed here ({name})")
+            return None
+
+    sys.meta_path.insert(0, Missing())
+    import yaml
+    from handlers.engines import Worker
+    from handlers.engines.ray import Ray, RayContext, open_http
+    from handlers.handler import Handler
+
+    class Sink:
+        calls = []
+        def time(self, name, ms, dims): self.calls.append(name)
+        def count(self, name, value, dims, unit=None): self.calls.append(name)
+        def gauge(self, name, value, unit, dims): self.calls.append(name)
+
+    class Headers:
+        """starlette's Headers as the adapter sees them: items() with names as sent."""
+        def __init__(self, pairs): self.pairs = pairs
+        def items(self): return list(self.pairs)
+
+    model_dir = Path(sys.argv[1])
+    config = yaml.safe_load((model_dir / "model-config.yaml").read_text())
+    config["handler"].setdefault("runtime", {})["warmup"] = False
+    context = RayContext(Worker("tiny_tensor", model_dir, max_batch_size=4, model_config=config), Sink())
+    handler = Handler(engine=Ray)
+    handler.initialize(context)
+    good = json.dumps({"inputs": [[[0.0] * 4] * 4]}).encode()
+    kserve = json.dumps({"inputs": [{"name": "x", "shape": [1, 1, 4, 4], "datatype": "FP32", "data": [0.0] * 16}]}).encode()
+    as_json = Headers([("Content-Type", "application/json")])
+    records = [open_http(as_json, good, "plain", "", "r0", 0), open_http(as_json, b'{"inputs": "no"}', "plain", "", "r1", 0),
+               open_http(as_json, kserve, "kserve", "", "r2", 0), open_http(as_json, good, "plain", "/v1/models/", "r3", 0)]
+    replies = handler.handle(records, context)
+    assert not any(name.split(".")[0] in ("ts", "ray") for name in sys.modules)
+    print(json.dumps({"routes": [r.route for r in records], "statuses": [r.status for r in replies],
+                      "first": json.loads(replies[0].body), "kserve": json.loads(replies[2].body),
+                      "metrics": sorted(set(Sink.calls))}))
+''')
+
+
+def test_the_ray_adapter_runs_the_batch_loop_without_ray_or_torchserve(tiny_dirs):
+    """Records built at a replica's door (route from the URL), one batch through the handler's loop on
+    the Ray adapter: a bad request's own 400 beside 200s, a KServe v2 answer, OpenAI's models list."""
+    done = subprocess.run([sys.executable, "-c", ADAPTER, str(tiny_dirs["tiny_tensor"])], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["routes"] == ["plain", "plain", "kserve", "openai"]
+    assert result["statuses"] == [200, 400, 200, 200], result
+    assert result["first"] and result["kserve"]["outputs"][0]["name"] == "output-0"
+    assert "HandlerBatches" in result["metrics"]
 
 
 def test_node_commands_use_their_own_loopback_ports(tmp_path):

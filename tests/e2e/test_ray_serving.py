@@ -1,0 +1,132 @@
+"""Every request/response family on Ray Serve (serving/ray/), one cluster for the module: each model's
+examples answered as its archive answers in-process through TorchServe's adapter; a bad request's own
+4xx beside its batch-mates' 200s; KServe v1 and the whole Open Inference Protocol v2 through NVIDIA's
+tritonclient (health, readiness, metadata, inference with binary tensors); TorchServe's key check and
+size limit; a stop that leaves no process."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as triton
+
+from serving.ray.launcher import RayServe
+from serving.repo import REPO_ROOT
+from serving.ts_config import ModelSettings
+from tests.e2e.conftest import MODELS
+from tests.e2e.helpers import answered, assert_bad_request, assert_same_answer, bad_cases, examples_of, inprocess_answers
+from tests.e2e.ray_cluster import running
+
+pytestmark = pytest.mark.e2e
+
+TENSOR_MODEL, TEXT_MODEL = "digits", "minilm"
+BATCH = ModelSettings(batch_size=4, max_batch_delay_ms=300)  # digits: room for four requests in one batch
+LIMIT = 4 * 1024 * 1024  # max_request_size of this cluster
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The new movie is awesome."]
+
+
+@pytest.fixture(scope="module")
+def ray_serve(model_store):
+    yield from running(RayServe(model_store, models=MODELS, settings={TENSOR_MODEL: BATCH}, max_request_size=LIMIT))
+
+
+def auth(cluster) -> dict[str, str]:
+    return {"Authorization": f"Bearer {cluster.tokens.inference}"}
+
+
+def digits_body(name: str = "example_9.json") -> bytes:
+    return (REPO_ROOT / "models" / TENSOR_MODEL / name).read_bytes()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_each_family_answers_as_its_archive_does_on_torchserves_adapter(ray_serve, model, tmp_path):
+    examples = examples_of(model)
+    served = [answered(ray_serve.predict(model, r.body, r.content_type), model, e) for e, r in examples]
+    alone = inprocess_answers(model, [r for _, r in examples], tmp_path)
+    for (example, _), one, other in zip(examples, served, alone):
+        assert_same_answer(model, one, other, example.name)
+    for case in bad_cases(model, 1):  # refused by the handler with its 400, the replica still answers
+        assert_bad_request(ray_serve.predict(model, case.body, case.content_type))
+    answered(ray_serve.predict(model, examples[0][1].body, examples[0][1].content_type), model, examples[0][0])
+
+
+def test_a_bad_request_gets_its_own_4xx_while_its_batch_mates_get_200(ray_serve):
+    bodies = [digits_body(), b'{"inputs": "not a tensor"}', digits_body(), digits_body()]
+    with ThreadPoolExecutor(len(bodies)) as pool:  # inside one batch window (300 ms, 4 at most)
+        replies = list(pool.map(lambda b: ray_serve.predict(TENSOR_MODEL, b, "application/json"), bodies))
+    assert [r.status_code // 100 for r in replies] == [2, 4, 2, 2], [(r.status_code, r.text[:200]) for r in replies]
+    assert replies[0].json() == replies[2].json() == replies[3].json()
+
+
+def test_tritonclient_end_to_end(ray_serve):
+    """The client's health, readiness and metadata calls (TorchServe 0.12 routes none of them) and
+    inference with binary tensors in and out: the answers /predictions gives."""
+    headers = auth(ray_serve)
+    with triton.InferenceServerClient(urlsplit(ray_serve.inference_url).netloc, network_timeout=120) as client:
+        assert client.is_server_live() and client.is_server_ready()
+        assert client.is_model_ready(TEXT_MODEL, headers=headers)
+        assert not client.is_model_ready("no-such-model", headers=headers)
+        metadata = client.get_model_metadata(TEXT_MODEL, headers=headers)
+        assert metadata["name"] == TEXT_MODEL and metadata["outputs"][0]["datatype"] == "FP32", metadata
+        assert client.get_server_metadata()["extensions"]
+        tensor = triton.InferInput("text", [len(SENTENCES)], "BYTES")
+        tensor.set_data_from_numpy(np.array([s.encode() for s in SENTENCES], dtype=np.object_), binary_data=True)
+        result = client.infer(TEXT_MODEL, [tensor], request_id="ray-tc", headers=headers,
+                              outputs=[triton.InferRequestedOutput("output-0", binary_data=True)])
+    assert result.get_response()["id"] == "ray-tc"
+    assert "binary_data_size" in (result.get_output("output-0").get("parameters") or {})
+    embeddings = result.as_numpy("output-0")
+    assert embeddings.dtype == np.float32 and embeddings.shape == (len(SENTENCES), 384)
+    for row, sentence in zip(embeddings, SENTENCES):
+        alone = answered(ray_serve.predict(TEXT_MODEL, {"text": sentence}), TEXT_MODEL)
+        assert_same_answer(TEXT_MODEL, {"embedding": row.tolist()}, alone, sentence)
+
+
+def test_kserve_v1_answers_as_predictions(ray_serve):
+    scan = json.loads(digits_body())["inputs"]
+    alone = answered(ray_serve.predict(TENSOR_MODEL, digits_body(), "application/json"), TENSOR_MODEL)
+    v1 = requests.post(f"{ray_serve.inference_url}/v1/models/{TENSOR_MODEL}:predict",
+                       json={"instances": [{"inputs": scan}]}, headers=auth(ray_serve), timeout=60)
+    assert v1.status_code == 200, v1.text
+    assert_same_answer(TENSOR_MODEL, v1.json()["predictions"][0], alone, "KServe v1")
+    bad = requests.post(f"{ray_serve.inference_url}/v1/models/{TENSOR_MODEL}:predict", json={"instances": "x"},
+                        headers=auth(ray_serve), timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"], bad.text
+    unknown = requests.post(f"{ray_serve.inference_url}/v1/models/nope:predict", json={"instances": [scan]},
+                            headers=auth(ray_serve), timeout=60)
+    assert unknown.status_code == 404 and unknown.json()["type"] == "ModelNotFoundException", unknown.text
+
+
+def test_the_inference_key_is_checked_as_torchserve_does(ray_serve):
+    url = ray_serve.inference_url
+    for token in ("", "wrong"):
+        reply = ray_serve.predict(TENSOR_MODEL, digits_body(), "application/json", token=token)
+        assert reply.status_code == 400 and reply.json()["type"] == "InvalidKeyException", reply.text
+        v2 = requests.get(f"{url}/v2/models/{TENSOR_MODEL}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert v2.status_code == 400 and v2.json()["type"] == "InvalidKeyException", v2.text
+    assert requests.get(f"{url}/v2/health/live", timeout=30).status_code == 200  # probes need no key
+
+
+def test_a_body_over_max_request_size_is_413(ray_serve):
+    body = b"\0" * (LIMIT + 1)
+    reply = ray_serve.predict(TENSOR_MODEL, body, "application/octet-stream")
+    assert reply.status_code == 413, (reply.status_code, reply.text[:200])
+    v2 = requests.post(f"{ray_serve.inference_url}/v2/models/{TENSOR_MODEL}/infer", data=body, timeout=60,
+                       headers={**auth(ray_serve), "Content-Type": "application/json"})
+    assert v2.status_code == 413, (v2.status_code, v2.text[:200])
+    answered(ray_serve.predict(TENSOR_MODEL, digits_body(), "application/json"), TENSOR_MODEL)
+
+
+def test_openai_embeddings_under_predictions_as_on_torchserve(ray_serve):
+    url = f"{ray_serve.inference_url}/predictions/{TEXT_MODEL}/1.0/v1/embeddings"
+    reply = requests.post(url, json={"input": SENTENCES[:2], "model": TEXT_MODEL}, headers=auth(ray_serve), timeout=60)
+    assert reply.status_code == 200, reply.text
+    data = reply.json()["data"]
+    alone = answered(ray_serve.predict(TEXT_MODEL, {"text": SENTENCES[0]}), TEXT_MODEL)
+    assert len(data) == 2 and reply.json()["usage"]["prompt_tokens"] > 0
+    assert_same_answer(TEXT_MODEL, {"embedding": data[0]["embedding"]}, alone, "OpenAI embeddings")
