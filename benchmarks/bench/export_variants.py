@@ -44,7 +44,6 @@ THREADS = 1
 @dataclass
 class Row:
     variant: str
-    precision: Optional[str] = None  # what the worker ran: its ready line's precision
     archive_mib: Optional[float] = None
     export_s: Optional[float] = None  # export / trace / compile alone
     build_s: Optional[float] = None  # the variant's whole build: export, smoke test, gate, self-check, archive
@@ -54,6 +53,7 @@ class Row:
     items_per_s: dict[str, float] = field(default_factory=dict)
     p50_ms_batch1: Optional[float] = None
     archived: bool = True
+    precision: Optional[str] = None  # what the worker ran: its ready line's precision
 
 
 def variants_of(catalogue: Catalogue, model: str, only: Optional[Sequence[str]]) -> list:
