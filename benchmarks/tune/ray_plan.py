@@ -64,6 +64,7 @@ class RayMeasurer(ServedMeasurer):
 
     def _start(self, candidate: Candidate) -> float:
         self.finish()
+        state = resources.machine_conditions()  # the machine at every start (the report's conditions)
         began = time.perf_counter()
         self.progress(f"  starting Ray Serve: {candidate.label}")
         plan = self.plan
@@ -73,7 +74,7 @@ class RayMeasurer(ServedMeasurer):
         server = RayServe(plan.model_store, serve_file=config)
         server.__enter__()  # left in finish(): SIGTERM becomes a clean stop meanwhile
         self._server, self._candidate = server, candidate
-        self.conditions.append({"candidate": candidate.key, "ready_s": server.started_s})
+        self.conditions.append({"candidate": candidate.key, **state, "ready_s": server.started_s})
         target, payloads = self._target()
         runner.warm_up(target, payloads, plan.load.warmup_s,
                        max(2, min(plan.load.connections, 2 * candidate.workers * candidate.batch_size)))
