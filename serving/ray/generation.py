@@ -43,6 +43,7 @@ from typing import Any, Optional
 import ray
 import yaml
 from ray import serve
+from ray.serve import metrics as serve_metrics
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response, StreamingResponse
 
@@ -129,7 +130,7 @@ class GenerationDeployment:
         self.open_http = ray_engine.open_http
         worker = engines.Worker(model_name=model, model_dir=folder, version=unpacked.version, max_batch_size=1,
                                 model_config=MappingProxyType(with_threads(unpacked.model_config, _assigned_cpus())))
-        self.context = stream.StreamContext(worker, ray_engine.RayMetrics())
+        self.context = stream.StreamContext(worker, ray_engine.RayMetrics(serve_metrics))
         self.handler = handler_module.AsyncHandler(engine=stream.RayStream)
         self.handler.initialize(self.context)
 
