@@ -12,9 +12,10 @@ import pytest
 
 from handlers.handler import Handler
 from serving.fake_context import FakeContext, extract
-from serving.ray.launcher import RayServe, session_processes
+from serving.ray.launcher import RayServe
 from serving.ts_config import ModelSettings
 from tests.e2e.conftest import LM
+from tests.e2e.ray_cluster import running
 
 pytestmark = pytest.mark.e2e
 
@@ -25,18 +26,8 @@ TIMEOUT_S = 30.0  # a generation that does not end is a failure, not a hang
 
 @pytest.fixture(scope="module")
 def ray_lm(model_store):
-    cluster = RayServe(model_store, models=(LM,), settings={LM: ModelSettings(batch_size=1, max_batch_delay_ms=1)})
-    marker = None
-    try:
-        cluster.start()
-        marker = str(cluster.workdir)
-        yield cluster
-    finally:
-        cluster.stop()
-        left = session_processes(marker) if marker else []
-        for proc in left:
-            proc.kill()
-        assert not left, f"processes left after stop: {[(p.pid, p.name()) for p in left]}"
+    yield from running(RayServe(model_store, models=(LM,),
+                                settings={LM: ModelSettings(batch_size=1, max_batch_delay_ms=1)}))
 
 
 @pytest.fixture(scope="module")
