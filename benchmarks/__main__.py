@@ -25,8 +25,6 @@ VERBS = {
     "generation": ("benchmarks.bench.generation", "a generating model: KV cache, continuous batching, TTFT, "
                                                   "modes, OpenAI, speculation, prefix cache, priorities"),
     "ray-generation": ("benchmarks.bench.ray_generation", "an LM on Ray Serve (1, 2 replicas) against TorchServe's async mode"),
-    "response-cache": ("benchmarks.bench.response_cache", "capacity at the SLO with the response cache against "
-                                                          "without it"),
     "device-check": ("benchmarks.bench.device_check", "every family on the CPU and CUDA in-process: agreement, "
                                                       "items/s, CUDA graphs, GPU memory"),
     "variants": ("benchmarks.bench.export_variants", "each variant of a model built alone: export and build "

@@ -46,3 +46,8 @@ def with_handler_settings(src: Path, store: Path, name: str, sections: Mapping[s
                 new.writestr(copy.copy(item), replaced.get(item.filename) or old.read(item))
             if Path(entry).name not in old.namelist():  # the root copy TorchServe imports the handler from
                 new.writestr(Path(entry).name, old.read(entry))
+
+
+def with_cache(src: Path, store: Path, name: str, max_mib: float) -> None:
+    """`store/<name>.mar`: the archive with `response_cache.max_mib` set."""
+    with_handler_settings(src, store, name, {"response_cache": {"max_mib": max_mib, "max_entries": 100_000}})

@@ -26,7 +26,6 @@ benchmarks/reports/device-check-<time>/.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -41,9 +40,10 @@ import torch
 from benchmarks.bench.device_check_pack import RANDOM_WEIGHTS, folder_mib, pack, random_weights, read_config, what_runs
 from benchmarks.bench.device_check_report import write_report
 from benchmarks.bench.device_measure import agreement, answers_of, bare_items_per_s, graph_speedup, handler_items_per_s, lm_check, ran_as
+from benchmarks.load import cli
 from benchmarks.load.budget import Budget
 from benchmarks.load.errors import BenchmarkError
-from serving.repo import CATALOGUE, MODEL_STORE, REPORTS
+from serving.repo import CATALOGUE
 
 __all__ = ["RANDOM_WEIGHTS", "main", "pack", "run"]
 
@@ -212,25 +212,23 @@ def run(plan: CheckPlan) -> Path:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from build.catalogue import Catalogue
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench.device_check", description=__doc__.splitlines()[0])
-    p.add_argument("--model", action="append", help="a catalogue model (repeatable; default: every one)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = cli.parser("device-check", __doc__.splitlines()[0])
+    cli.add(p, "model_store", "out", model={"action": "append", "help": "a catalogue model (repeatable; default: every one)"},
+            batch_sizes={"default": (1, 8, 64)}, seconds={"default": 1.5, "help": "per measurement"},
+            budget_min={"default": 6.0, "help": "the whole check"})
     p.add_argument("--devices", default=None, help="comma-separated: cpu,cuda (default: cpu, and cuda when available)")
-    p.add_argument("--batch-sizes", default="1,8,64", help="(default: %(default)s)")
-    p.add_argument("--seconds", type=float, default=1.5, help="per measurement (default: %(default)s)")
-    p.add_argument("--streams", type=int, default=32, help="a causal LM's concurrent sequences (default: %(default)s)")
-    p.add_argument("--lm-tokens", type=int, default=64, help="a causal LM's tokens per stream (default: %(default)s)")
-    p.add_argument("--budget-min", type=float, default=6.0, help="the whole check (default: %(default)s)")
+    p.add_argument("--streams", type=int, default=32, help="a causal LM's concurrent sequences")
+    p.add_argument("--lm-tokens", type=int, default=64, help="a causal LM's tokens per stream")
     p.add_argument("--catalogue", type=Path, default=CATALOGUE)
-    p.add_argument("--store", type=Path, default=MODEL_STORE, help="model_store/ with the built archives")
     p.add_argument("--pack", type=Path, metavar="DIR", help="write the pack for a device machine into DIR and stop")
     p.add_argument("--max-weights-mib", type=float, default=20.0,
-                   help="--pack: larger weights are dropped and made at random there (default: %(default)s)")
+                   help="--pack: larger weights are dropped and made at random there")
     p.add_argument("--from-pack", type=Path, metavar="DIR", help="read the models from a pack, not model_store/")
-    p.add_argument("--out", type=Path, default=REPORTS)
     args = p.parse_args(argv)
     if args.pack:
         try:
-            packed = pack(args.catalogue, args.store, args.pack, args.max_weights_mib)
+            packed = pack(args.catalogue, args.model_store, args.pack, args.max_weights_mib)
         except BenchmarkError as err:
             print(f"device check pack failed: {err}", file=sys.stderr)
             return 1
@@ -243,11 +241,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"--devices {args.devices}: cpu and/or cuda (cuda needs a CUDA build of torch and a GPU)", file=sys.stderr)
         return 2
     names = tuple(args.model or Catalogue.load(args.catalogue).names)
-    plan = CheckPlan(names, devices, tuple(int(b) for b in args.batch_sizes.split(",")), args.seconds,
-                     60.0 * args.budget_min, args.streams, args.catalogue.resolve(),
-                     (args.from_pack or args.store).resolve(), args.from_pack is not None, args.out,
-                     " ".join(["python", "-m", "benchmarks.bench.device_check", *(argv or sys.argv[1:])]),
-                     args.lm_tokens)
+    plan = CheckPlan(names, devices, args.batch_sizes, args.seconds, 60.0 * args.budget_min, args.streams,
+                     args.catalogue.resolve(), (args.from_pack or args.model_store).resolve(), args.from_pack is not None,
+                     args.out, cli.command_line("device-check", argv), args.lm_tokens)
     try:
         folder = run(plan)
     except BenchmarkError as err:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.load import cli
-from benchmarks.load.runner import Point, ServerRun, best_within, peak
+from benchmarks.load.runner import Measured, ServerRun, best_within, peak
 
 COLOURS = {"ours": "#1f77b4", "stock": "#7f7f7f"}
 
@@ -64,7 +64,7 @@ def latency_cdf(path: Path, runs: Mapping[str, ServerRun], slo_ms: float) -> Non
         ax.legend(fontsize=8, loc="lower right")
 
 
-def _point_of(run: ServerRun, figures: Optional[dict]) -> Optional[Point]:
+def _point_of(run: ServerRun, figures: Optional[dict]) -> Optional[Measured]:
     return next((p for p in run.points if p.figures is figures), None)
 
 

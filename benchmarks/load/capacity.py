@@ -22,7 +22,7 @@ REFERENCE_WINDOW_S = 5.0
 
 
 class RatePoint(Protocol):
-    """One open-loop point as the search reads it."""
+    """One open-loop point as the search reads it: a Point, or a mix's (benchmarks.load.mix.MixPoint)."""
 
     rate_rps: float  # nominal Poisson rate
     offered_rps: float
@@ -30,14 +30,75 @@ class RatePoint(Protocol):
     p99_ms: Optional[float]
     stable: bool  # benchmarks.load.stats.StabilityRule held
 
-    def passes(self, slo_ms: float) -> bool:
-        """Stable, within the p99 target, every request answered, the offered rate kept up with.
-        Never true of an unstable point: its windows disagree, so its p99 is no figure of the rate
-        and it sets no capacity (it is still reported, marked unstable)."""
+    def passes(self, slo_ms: float) -> bool: ...
 
 
 def kept_up(achieved_rps: float, offered_rps: float) -> bool:
     return achieved_rps >= KEEP_UP * offered_rps
+
+
+@dataclass(frozen=True)
+class Point:
+    """One open-loop measurement at one Poisson rate, as the bench's capacity search, the tuner (a
+    candidate's point: `candidate` its key), its checkpoint and the reports read it. A scout only
+    brackets the SLO for the bench's search: its few windows are not asked to agree (`stable`), and
+    it never sets a capacity (runner.best_within skips it)."""
+
+    candidate: str
+    rate_rps: float  # nominal Poisson rate
+    offered_rps: float  # scheduled in the measured windows / their length
+    achieved_rps: float
+    p50_ms: Optional[float]
+    p99_ms: Optional[float]
+    errors: int
+    seconds: float  # wall time under load, warm-up windows included
+    overhead_s: float = 0.0  # server stop/start and warm-up paid just before this point
+    mean_batch: Optional[float] = None
+    stable: bool = True  # benchmarks.load.stats.StabilityRule held
+    warnings: tuple[str, ...] = ()
+    others_cpu_pct: Optional[float] = None  # CPU other processes used meanwhile (100 = one core)
+    # Recorded since reports print a thin p99 as its p90 and sample count (stats.tail_text): None
+    # in points measured before.
+    p90_ms: Optional[float] = None
+    samples: Optional[int] = None  # the requests the latency figures are over
+    remeasured_p99_ms: tuple[Optional[float], ...] = ()  # near the SLO: every measurement's p99 (median_point)
+    unanswered: int = 0  # requests still unanswered when the point's drain time ran out
+    scout: bool = False
+
+    @classmethod
+    def of(cls, figures: dict, candidate: str = "", scout: bool = False, seconds: Optional[float] = None,
+           overhead_s: float = 0.0) -> Point:
+        """From a load result's figures (LoadResult.figures(), runner.point's)."""
+        latency = figures.get("latency_ms") or {}
+        return cls(candidate, float(figures["level"]), float(figures.get("offered_rps") or figures["level"]),
+                   float(figures.get("throughput_rps") or 0.0), latency.get("p50_ms"), latency.get("p99_ms"),
+                   int(sum((figures.get("errors") or {}).values())),
+                   round(figures.get("seconds", 0.0) if seconds is None else seconds, 2), round(overhead_s, 2),
+                   (figures.get("server") or {}).get("mean_batch_size"), scout or bool(figures.get("stable", True)),
+                   tuple(figures.get("warnings") or ()),
+                   ((figures.get("resources") or {}).get("others") or {}).get("cpu_pct"), latency.get("p90_ms"),
+                   latency.get("count"), unanswered=int(figures.get("unanswered") or 0), scout=scout)
+
+    def passes(self, slo_ms: float) -> bool:
+        """Stable, within the p99 target, every request answered, the offered rate kept up with.
+        Never true of an unstable point: its windows disagree, so its p99 is no figure of the rate
+        and it sets no capacity (it is still reported, marked unstable)."""
+        return (self.stable and self.p99_ms is not None and self.p99_ms <= slo_ms and self.errors == 0
+                and not self.unanswered and kept_up(self.achieved_rps, self.offered_rps))
+
+    @property
+    def latency(self) -> dict:
+        """The latency figures as stats.tail_text reads them."""
+        return {"count": self.samples, "p90_ms": self.p90_ms, "p99_ms": self.p99_ms}
+
+    def to_json(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k not in ("unanswered", "scout") or v}
+        return {**out, "warnings": list(self.warnings), "remeasured_p99_ms": list(self.remeasured_p99_ms)}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> Point:
+        return cls(**{**raw, "warnings": tuple(raw.get("warnings", ())),
+                      "remeasured_p99_ms": tuple(raw.get("remeasured_p99_ms", ()))})
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ OPTIONS: dict[str, Option] = {o.flag[2:].replace("-", "_"): o for o in (
     Option("--workers", "minWorkers = maxWorkers", type=int),
     Option("--threads", "intra-op threads per worker (default: the archive's setting)", type=int),
     Option("--variant", "the catalogue variant to serve (build/variants.py)"),
+    Option("--batch-sizes", "batch sizes, e.g. 1,8,64", type=numbers(int)),
 )}
 
 

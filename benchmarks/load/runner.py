@@ -14,7 +14,7 @@ from typing import Optional
 
 from benchmarks.load import loadgen, resources, server_metrics, stats
 from benchmarks.load.budget import Budget, BudgetSpent
-from benchmarks.load.capacity import RateSearch, RateSettings, find_max_rate, kept_up
+from benchmarks.load.capacity import Point, RateSearch, RateSettings, find_max_rate
 from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.loadgen import LoadResult, Payload, Target
 from benchmarks.load.stats import StabilityRule
@@ -64,7 +64,7 @@ class LoadPlan:
 
 
 @dataclass(frozen=True)
-class Point:
+class Measured:
     """One measured point: JSON figures, plus the raw latencies (ms) for the CDF plot."""
 
     figures: dict
@@ -72,47 +72,9 @@ class Point:
 
 
 @dataclass(frozen=True)
-class OpenPoint:
-    """A point's figures as the capacity search reads them (benchmarks.load.capacity.RatePoint). A
-    scout only brackets the SLO for the search: its few windows are not asked to agree (the stability
-    rule), and it never sets a capacity (best_within skips it)."""
-
-    figures: dict
-    scout: bool = False
-
-    @property
-    def rate_rps(self) -> float:
-        return float(self.figures["level"])
-
-    @property
-    def offered_rps(self) -> float:
-        return float(self.figures.get("offered_rps") or self.figures["level"])
-
-    @property
-    def achieved_rps(self) -> float:
-        return float(self.figures["throughput_rps"])
-
-    @property
-    def p99_ms(self) -> Optional[float]:
-        return (self.figures["latency_ms"] or {}).get("p99_ms")
-
-    @property
-    def stable(self) -> bool:
-        return self.scout or bool(self.figures.get("stable", True))
-
-    def passes(self, slo_ms: float) -> bool:
-        """Open loop (closed-loop clients wait for answers before sending, so their p99 hides the
-        queueing a latency target is about), stable (an unstable point sets no capacity), every
-        request answered, within the target, kept up."""
-        f = self.figures
-        return (f["mode"] == "open" and self.stable and self.p99_ms is not None and not f["errors"]
-                and not f["unanswered"] and self.p99_ms <= slo_ms and kept_up(self.achieved_rps, self.offered_rps))
-
-
-@dataclass(frozen=True)
 class ServerRun:
     label: str
-    points: tuple[Point, ...]
+    points: tuple[Measured, ...]
     worker_threads: tuple[int, ...]  # as each worker logged it
     description: dict  # GET /models/<name>: batch size, delay, workers as the frontend holds them
 
@@ -153,7 +115,7 @@ def others_pct(result: LoadResult) -> float:
     return resources.usage(before, after)[resources.OTHERS].cpu_pct
 
 
-def point(result: LoadResult, model: str, remeasured: bool = False, scout: bool = False) -> Point:
+def point(result: LoadResult, model: str, remeasured: bool = False, scout: bool = False) -> Measured:
     figures = result.figures()
     figures["remeasured"] = remeasured
     figures["scout"] = scout
@@ -161,7 +123,7 @@ def point(result: LoadResult, model: str, remeasured: bool = False, scout: bool 
     figures["server"] = server_metrics.breakdown(scrape_a, scrape_b, model).to_json()
     figures["resources"] = {name: u.to_json() for name, u in resources.usage(usage_a, usage_b).items()}
     latencies = tuple(sorted(v * 1000.0 for v in result.selection().latencies_s))  # the figures' own requests
-    return Point(figures, latencies)
+    return Measured(figures, latencies)
 
 
 def worker_threads(ts: TorchServe, model: str) -> tuple[int, ...]:
@@ -211,7 +173,7 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
 
     scouts: list[LoadResult] = []
 
-    def open_point(rate: float, scout: bool = False) -> OpenPoint:
+    def open_point(rate: float, scout: bool = False) -> Point:
         requests = plan.scout_requests if scout else plan.point_requests
         kind = "scout" if scout else "open loop"
         if budget is not None:
@@ -224,7 +186,7 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
             drain_s=max(10.0, 2 * window_s), probe=probe, progress=say)))
         if scout:
             scouts.append(results[-1])
-        return OpenPoint(results[-1].figures(), scout=scout)
+        return Point.of(results[-1].figures(), scout=scout)
 
     try:
         searched = plan.capacity_points and plan.slo_ms
@@ -241,8 +203,8 @@ def run_server(label: str, ts: TorchServe, model: str, plan: LoadPlan, progress:
                      {k: description.get(k) for k in FRONTEND_KEYS} | {"workers": workers})
 
 
-def search_capacity(open_point: Callable[..., OpenPoint], listed: Sequence[OpenPoint], plan: LoadPlan,
-                    say: Progress) -> Optional[OpenPoint]:
+def search_capacity(open_point: Callable[..., Point], listed: Sequence[Point], plan: LoadPlan,
+                    say: Progress) -> Optional[Point]:
     """The highest full-length passing point. With scouts: the scouts' bracket first, then its passing
     rate measured in full; when that fails, the same search again with full points only, from one
     step below it (up to capacity_points more)."""
@@ -264,7 +226,7 @@ def search_capacity(open_point: Callable[..., OpenPoint], listed: Sequence[OpenP
     return full
 
 
-def capacity_search(probe: Callable[[float], OpenPoint], listed: Sequence[OpenPoint], slo_ms: float,
+def capacity_search(probe: Callable[[float], Point], listed: Sequence[Point], slo_ms: float,
                     settings: RateSettings) -> RateSearch:
     """Bisect between the listed points (up from the highest passing one, or down from the lowest)."""
     passing = [p for p in listed if p.passes(slo_ms)]
@@ -276,7 +238,7 @@ def capacity_search(probe: Callable[[float], OpenPoint], listed: Sequence[OpenPo
 
 
 # -- what a set of points says ----------------------------------------------------------------
-def peak(points: Sequence[Point]) -> Optional[dict]:
+def peak(points: Sequence[Measured]) -> Optional[dict]:
     """The closed-loop point with the highest throughput (among those with answers); None without a
     closed-loop sweep (two levels at least: one client alone is no peak). Peaks compare like for like:
     an open-loop point offered above capacity measures an overload, not what the server sustains."""
@@ -286,9 +248,12 @@ def peak(points: Sequence[Point]) -> Optional[dict]:
     return max(closed, key=lambda f: f["throughput_rps"])
 
 
-def best_within(points: Sequence[Point], slo_ms: float) -> Optional[dict]:
-    """The highest-throughput point that passes (OpenPoint.passes: the tuner's rule too)."""
-    fitting = [p.figures for p in points if not p.figures.get("scout") and OpenPoint(p.figures).passes(slo_ms)]
+def best_within(points: Sequence[Measured], slo_ms: float) -> Optional[dict]:
+    """The highest-throughput open-loop point that passes (capacity.Point.passes: the tuner's rule too;
+    closed-loop clients wait for answers before sending, so their p99 hides the queueing a latency
+    target is about)."""
+    fitting = [p.figures for p in points if p.figures["mode"] == "open" and not p.figures.get("scout")
+               and Point.of(p.figures).passes(slo_ms)]
     return max(fitting, key=lambda f: f["throughput_rps"], default=None)
 
 

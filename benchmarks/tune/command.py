@@ -2,7 +2,6 @@
 
     python -m benchmarks tune                          # every catalogue model, written to ./config.properties
     python -m benchmarks tune --model minilm --slo-ms 40
-    python -m benchmarks tune --model efficientnet_lite0 --space reduced --grid --no-write
     python -m benchmarks tune --resume benchmarks/reports/tune-minilm-20261121-071200
     make tune [MODEL=<name>] [ARGS="..."]
 
@@ -13,11 +12,9 @@ Objective: the highest open-loop (Poisson) throughput whose p99 stays within the
    calibration point (chosen if nothing beats it);
 3. model-guided search: predict every candidate, measure the best predicted one for real,
    recalibrate, repeat until gains fall under --min-gain-pct;
-4. optionally the exhaustive grid of the same space (--grid), to judge the search; when the
-   search's pick is not the grid's best, the two are measured again head to head;
-5. the chosen values written into the models= stanza of --config with a provenance record
+4. the chosen values written into the models= stanza of --config with a provenance record
    (refused when an archive's model-config.yaml would override config.properties);
-6. verification: TorchServe restarted from the written file, GET /models/<name> checked, the open
+5. verification: TorchServe restarted from the written file, GET /models/<name> checked, the open
    loop re-run at the tuned rate.
 Every measurement is checkpointed in the report folder (benchmarks/reports/tune-<model>-<time>/):
 an interrupted run resumes with --resume <folder>.
@@ -38,7 +35,7 @@ from benchmarks.load.stats import P99_MIN_SAMPLES
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.errors import CheckpointError, TuneError
 from benchmarks.tune.mix import options as mix_cli
-from benchmarks.tune.mix.pipeline import reproduce, tune_mix
+from benchmarks.tune.mix.pipeline import tune_mix
 from benchmarks.tune.options import TuneOptions, record_of
 from benchmarks.tune.pipeline import tune_model
 from build.catalogue import Catalogue
@@ -67,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--workers", type=cli.numbers(int), help="e.g. 1,2 (default: 1..cores)")
     g.add_argument("--space", default=None, choices=("full", "gpu", "reduced", "tiny"),
                    help="default: full on cpu, gpu on cuda")
-    g.add_argument("--batch-sizes", type=cli.numbers(int), help="e.g. 1,2,4,8")
+    cli.add(g, batch_sizes={"help": "e.g. 1,2,4,8"})
     g.add_argument("--delays", type=cli.numbers(int), help="max batch delays in ms, e.g. 2,10")
     g = p.add_argument_group("search")
     cli.add(g, min_gain_pct={"default": 3.0}, max_points={"default": 6})
@@ -84,7 +81,6 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--ttft-samples", type=int, default=P99_MIN_SAMPLES,
                    help="a generating model (causal_lm): requests per candidate at least; the choice reads their "
                         f"TTFT p99, which needs {P99_MIN_SAMPLES:,}")
-    g.add_argument("--grid", action="store_true", help="also measure every candidate (model-free), to compare")
     g = p.add_argument_group("load (one open-loop point)")
     cli.add(g, "stable_windows", "connections", window_s={"default": 2.0}, max_windows={"default": 4},
             stability_pct={"default": 15.0}, warmup_s={"default": 3.0}, point_requests={"default": 2000},
@@ -189,4 +185,4 @@ def main_generation(model: str, args: argparse.Namespace, argv: Sequence[str]) -
 def main_mix(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """A traffic mix: config.properties is written only at the end, so an interrupted run leaves it as it was."""
     options = mix_cli.mix_options(args, parser(), Catalogue.load(CATALOGUE), usable_cores(), cli.command_line("tune", argv))
-    return (reproduce if args.mix_reproduce else tune_mix)(options, progress_for("mix"))
+    return tune_mix(options, progress_for("mix"))

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Optional, TypeVar
 
 from benchmarks.load import loadgen, resources, runner, server_metrics, stats
-from benchmarks.load.capacity import kept_up
+from benchmarks.load.capacity import Point, kept_up
 from benchmarks.load.stats import StabilityRule
 from benchmarks.tune.fit import NOISY_OTHERS_PCT
-from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate
 from serving.launcher import TorchServe
 from serving.ts_config import device_properties
@@ -62,26 +61,7 @@ class LoadSettings:
 
 def point_from(result: loadgen.LoadResult, model: str, candidate: Candidate, seconds: float,
                overhead_s: float) -> Point:
-    figures = runner.point(result, model).figures
-    latency = figures.get("latency_ms") or {}
-    server = figures.get("server") or {}
-    return Point(
-        candidate=candidate.key,
-        rate_rps=float(result.level),
-        offered_rps=float(figures.get("offered_rps") or result.level),
-        achieved_rps=float(figures.get("throughput_rps") or 0.0),
-        p50_ms=latency.get("p50_ms"),
-        p99_ms=latency.get("p99_ms"),
-        p90_ms=latency.get("p90_ms"),
-        samples=latency.get("count"),
-        errors=int(sum((figures.get("errors") or {}).values())),
-        seconds=round(seconds, 2),
-        overhead_s=round(overhead_s, 2),
-        mean_batch=server.get("mean_batch_size"),
-        stable=bool(figures.get("stable", True)),
-        warnings=tuple(figures.get("warnings") or ()),
-        others_cpu_pct=((figures.get("resources") or {}).get("others") or {}).get("cpu_pct"),
-    )
+    return Point.of(runner.point(result, model).figures, candidate.key, seconds=seconds, overhead_s=overhead_s)
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,13 @@ from serving.ts_config import DEVICES
 # not what it measures, so they stay out of it (a resumed run may change both).
 RECORD_KEYS = ("model", "slo_ms", "cores", "config", "model_store", "out", "space", "workers", "batch_sizes",
                "delays", "min_gain_pct", "max_candidates", "patience", "rate_step", "rate_resolution",
-               "max_points", "fit_seconds", "grid", "window_s", "max_windows", "stable_windows", "stability_pct",
+               "max_points", "fit_seconds", "window_s", "max_windows", "stable_windows", "stability_pct",
                "warmup_s", "connections", "point_requests", "tie_pct", "verify_points", "verify_warmup_s",
                "verify_stability_pct", "no_defaults", "no_write", "no_verify", "variant", "device")
 # Keys a run recorded before they existed may lack, with the value such runs used.
 OPTIONAL_KEYS = {"variant": None, "verify_stability_pct": VerifySettings.stability_pct, "device": "cpu"}
+# Keys of options since retired that older runs recorded: read past, never acted on.
+RETIRED_KEYS = ("grid",)
 # The smallest value each numeric option may take ("above" excludes the bound itself).
 _AT_LEAST = {"cores": 1, "max_candidates": 1, "patience": 1, "max_points": 1, "max_windows": 1,
              "stable_windows": 1, "connections": 1, "warmup_s": 0, "point_requests": 0, "tie_pct": 0,
@@ -44,7 +46,6 @@ _ABOVE = {"slo_ms": 0, "min_gain_pct": 0, "rate_step": 1, "rate_resolution": 1, 
 @dataclass(frozen=True)
 class Steps:
     defaults: bool = True  # measure TorchServe's defaults first (the "before", and a first calibration)
-    grid: bool = False  # also measure every candidate, to judge the search
     write: bool = True  # write the chosen values into config.properties
     verify: bool = True  # restart from the written file and measure again
 
@@ -72,12 +73,13 @@ class TuneOptions:
     @classmethod
     def from_record(cls, record: Mapping[str, Any], folder: Path, wait_quiet_s: float = 0.0,
                     command: str = "", budget_s: Optional[float] = None) -> TuneOptions:
-        unknown = sorted(set(record) - set(RECORD_KEYS))
+        unknown = sorted(set(record) - set(RECORD_KEYS) - set(RETIRED_KEYS))
         missing = [key for key in RECORD_KEYS if key not in record and key not in OPTIONAL_KEYS]
         if unknown or missing:
             raise TuneError(f"tuning options: unknown {unknown or 'none'}, missing {missing or 'none'} "
                             "(a checkpoint from another version of the tuner? start a new run)")
-        r = {**OPTIONAL_KEYS, **record}  # the record itself stays as given: a checkpoint's identity
+        # The record itself stays as given: a checkpoint's identity.
+        r = {**OPTIONAL_KEYS, **{k: v for k, v in record.items() if k not in RETIRED_KEYS}}
         for key in (*_AT_LEAST, *_ABOVE):
             value = r[key]
             low_ok = value >= _AT_LEAST[key] if key in _AT_LEAST else value > _ABOVE.get(key, 0)
@@ -107,8 +109,7 @@ class TuneOptions:
                                   float(r["tie_pct"])),
             load=LoadSettings(r["window_s"], rule, r["connections"], r["warmup_s"], int(r["point_requests"])),
             fit_seconds=float(r["fit_seconds"]),
-            steps=Steps(defaults=not r["no_defaults"], grid=bool(r["grid"]), write=not r["no_write"],
-                        verify=not r["no_verify"]),
+            steps=Steps(defaults=not r["no_defaults"], write=not r["no_write"], verify=not r["no_verify"]),
             verify=VerifySettings(int(r["verify_points"]), float(r["verify_warmup_s"]), float(r["verify_stability_pct"])),
             config=_path(r["config"]), model_store=_path(r["model_store"]),
             variants=None if r.get("variant") is None else tuple(str(v) for v in r["variant"]), folder=Path(folder).resolve(),

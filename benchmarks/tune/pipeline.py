@@ -2,7 +2,6 @@
 
     in-process fit per variant (the best predicted archive is the one served) -> TorchServe's
       defaults -> model-guided search -> the shortest delay
-      [-> grid -> head to head]
       -> write config.properties -> verify from the written file -> report
 
 Each step gets the frozen part of the options it uses. Every served point goes through one
@@ -21,11 +20,9 @@ from benchmarks.tune import report, variants
 from benchmarks.tune.checkpoint import Checkpoint
 from benchmarks.tune.config_writer import check_archives
 from benchmarks.tune.fit import FitPlan, inprocess_fit
-from benchmarks.tune.judge import head_to_head
 from benchmarks.tune.measure import ServedMeasurer, ServePlan
 from benchmarks.tune.options import TuneOptions
 from benchmarks.tune.outcome import WritePlan, write_and_verify
-from benchmarks.tune.results import best_of
 from benchmarks.tune.search import Fixed, ModelGuided, Proposal, run, shorter_delay
 from benchmarks.tune.service_model import FitPoint, ServiceModel
 from benchmarks.tune.space import torchserve_defaults
@@ -75,7 +72,7 @@ def tune_model(options: TuneOptions, progress: Progress,
     service = ServiceModel.fit(FitPoint.from_json(p) for p in fit["points"])
     serve = ServePlan(model, options.model_store, options.config, options.load, slo, options.wait_quiet_s,
                       archive=archive.name, device=options.device)
-    defaults_result = grid = judged = None
+    defaults_result = None
     with serve_with(serve, progress) as live:
         measurer = checkpoint.replaying(live)
         if steps.defaults:
@@ -87,9 +84,6 @@ def tune_model(options: TuneOptions, progress: Progress,
                              (defaults_result,) if defaults_result else (), progress)
         result = guided.result(run(guided, measurer, slo, progress, budget))
         result = shorter_delay(result, space, measurer, slo, options.search, progress, budget)
-        if steps.grid:
-            grid = run(Fixed.grid(space.candidates()), measurer, slo, progress, budget).results
-            judged = head_to_head(result.chosen, best_of(grid), slo, measurer, progress)
     conditions = {"before": before, "after": resources.machine_conditions(), "starts": live.conditions}
     environment = describe_environment()
 
@@ -97,8 +91,8 @@ def tune_model(options: TuneOptions, progress: Progress,
                      options.search.rates.resolution, options.verify, options.folder)
     written, verification = write_and_verify(plan, result.chosen, defaults_result, environment, archive, checkpoint,
                                              progress)
-    content = report.build(options, fit, service, result, defaults_result, grid, conditions, environment, written,
-                           verification, judged)
+    content = report.build(options, fit, service, result, defaults_result, conditions, environment, written,
+                           verification)
     report.write(options.folder, content)
     report.print_summary(content, options.folder)
     if result.chosen is None:

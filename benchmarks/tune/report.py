@@ -3,67 +3,27 @@ and candidates.png.
 
 report.json holds everything (inputs, every measured point, the fit, the choice, verification,
 conditions on the machine); results.csv one row per open-loop point; report.md the tables a
-reader wants: before/after, every measured candidate, and the grid comparison when one was run.
+reader wants: before/after and every measured candidate.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
 from benchmarks.load import cli, stats
-from benchmarks.tune.judge import HeadToHead
 from benchmarks.tune.options import TuneOptions
-from benchmarks.tune.results import CandidateResult, Point, best_of
+from benchmarks.tune.results import CandidateResult, Point
 from benchmarks.tune.search import SearchResult
 from benchmarks.tune.service_model import ServiceModel
 from benchmarks.tune.verify import Verification
 from serving.repo import shown
 
-TARGET_SHARE_OF_BEST = 0.95
-TARGET_SHARE_OF_TIME = 0.15
-
 CSV_FIELDS = ("phase", "candidate", "workers", "threads", "batch_size", "max_batch_delay_ms", "rate_rps",
               "offered_rps", "achieved_rps", "p50_ms", "p90_ms", "p99_ms", "samples", "errors", "mean_batch",
               "stable", "passed", "seconds", "overhead_s", "others_cpu_pct")
-
-
-def grid_comparison(result: SearchResult, fit_s: float, grid: Sequence[CandidateResult],
-                    judged: Optional[HeadToHead] = None) -> Optional[dict]:
-    """The pick against the grid's best. What decides the throughput target is the quality of
-    the choice, measured the same way on both sides: the head-to-head when one was run, else the
-    grid's own measurement of the pick (same ladder as its best), else the search's."""
-    best, pick = best_of(grid), result.chosen
-    if best is None or pick is None:
-        return None
-    tuner_s, grid_s = fit_s + result.seconds, sum(r.seconds for r in grid)
-    in_grid = next((r for r in grid if r.candidate.behaviour == pick.candidate.behaviour), None)
-    share = pick.throughput_rps / best.throughput_rps
-    share_in_grid = in_grid.throughput_rps / best.throughput_rps if in_grid else None
-    decisive = judged.share if judged else share_in_grid if share_in_grid is not None else share
-    time_share = tuner_s / grid_s
-    ok = decisive >= TARGET_SHARE_OF_BEST and time_share <= TARGET_SHARE_OF_TIME
-    sentence = (
-        f"The tuner's pick `{pick.candidate.key}` served {pick.throughput_rps:.1f} req/s within the SLO in the "
-        f"search, {share:.0%} of the grid's best (`{best.candidate.key}`, {best.throughput_rps:.1f} req/s)"
-        + (f"; in the grid's own measurements the pick reached {share_in_grid:.0%} of the best" if in_grid else "")
-        + (f"; head to head ({len(judged.pick)} rate searches each, ABBA order, same ladder from "
-           f"{judged.start_rps:.0f} req/s) the pick served {judged.pick_rps:.1f} req/s on average against "
-           f"{judged.best_rps:.1f}: {judged.share:.0%}" if judged else "")
-        + f". It spent {tuner_s:.0f} s measuring (in-process fit included) against the grid's {grid_s:.0f} s: "
-        f"{time_share:.1%} of the time. Targets (>= {TARGET_SHARE_OF_BEST:.0%} of the best, judged "
-        f"{'head to head' if judged else 'in the grid' if in_grid else 'by the search'}: {decisive:.0%}; <= "
-        f"{TARGET_SHARE_OF_TIME:.0%} of the time): {'met' if ok else 'NOT met'}.")
-    return {"sentence": sentence, "tuner_key": pick.candidate.key, "tuner_rps": pick.throughput_rps,
-            "grid_key": best.candidate.key, "grid_rps": best.throughput_rps, "share_of_best": share,
-            "pick_share_in_grid": share_in_grid, "head_to_head": judged.to_json() if judged else None,
-            "decisive_share": decisive, "tuner_s": tuner_s, "grid_s": grid_s, "share_of_time": time_share,
-            "tuner_candidates": len(result.results), "grid_candidates": len(grid),
-            "tuner_points": sum(len(r.points) for r in result.results),
-            "grid_points": sum(len(r.points) for r in grid), "targets_met": ok}
 
 
 def _row(label: str, r: Optional[CandidateResult], point=None) -> Optional[dict]:
@@ -91,9 +51,8 @@ def _conditions(conditions: dict) -> dict:
 
 
 def build(options: TuneOptions, fit: dict, service: ServiceModel, result: SearchResult,
-          defaults: Optional[CandidateResult], grid: Optional[Sequence[CandidateResult]], conditions: dict,
-          environment: dict, written: Optional[dict], verification: Optional[Verification],
-          judged: Optional[HeadToHead] = None) -> dict:
+          defaults: Optional[CandidateResult], conditions: dict, environment: dict, written: Optional[dict],
+          verification: Optional[Verification]) -> dict:
     """The report's content: everything the run measured, chose, wrote and verified, as JSON."""
     chosen = result.chosen
     fit_s = float(fit.get("seconds", 0.0))
@@ -128,10 +87,7 @@ def build(options: TuneOptions, fit: dict, service: ServiceModel, result: Search
         "search": [r.to_json() for r in result.results], "stop_reason": result.stop_reason,
         "chosen": chosen.to_json() if chosen else None,
         "timing": {"fit_s": fit_s, "search_s": result.seconds, "tuner_s": fit_s + result.seconds,
-                   "defaults_s": defaults.seconds if defaults else None,
-                   "grid_s": sum(r.seconds for r in grid) if grid else None},
-        "grid": [r.to_json() for r in grid] if grid else None,
-        "grid_comparison": grid_comparison(result, fit_s, grid, judged) if grid else None,
+                   "defaults_s": defaults.seconds if defaults else None},
         "before_after": [r for r in rows if r is not None],
         "config_written": written, "verification": verification.to_json() if verification else None,
         "conditions": _conditions(conditions), "environment": environment,
@@ -145,8 +101,6 @@ def print_summary(report: dict, folder: Path) -> None:
         print(f"  {row['label']:<40}{row['batch_size']:>6}{row['max_batch_delay_ms']:>7}"
               f"{row['workers']:>4} x{row['threads']:>2}{row['throughput_rps']:>9.1f}  {_tail(row)}")
     print(f"  {report['verdict']}")
-    if report.get("grid_comparison"):
-        print(f"  {report['grid_comparison']['sentence']}")
     print(f"  report: {folder / 'report.md'}")
 
 
@@ -165,14 +119,7 @@ def _tail(point: Optional[dict], label: bool = False) -> str:
 
 def _rows(report: dict) -> list[dict]:
     """Every candidate result in the report, with its phase."""
-    out = []
-    for phase in ("search", "grid"):  # the search's results start with the defaults, when measured
-        value = report.get(phase)
-        if value is None:
-            continue
-        out += value if isinstance(value, list) else [value]
-    judged = (report.get("grid_comparison") or {}).get("head_to_head")
-    return out + (judged["results"] if judged else [])
+    return report.get("search") or []  # starts with the defaults, when measured
 
 
 def write_csv(path: Path, report: dict) -> None:
@@ -250,22 +197,6 @@ def markdown(report: dict) -> str:
                                  [(i, f"`{p['key']}`", _f(p["rate_rps"]), _f(p["p99_ms"]), _f(p["mean_batch"], 2),
                                    _f(p["capacity_rps"])) for i, p in enumerate(first[:10], 1)])]
         lines.append("")
-    comparison = report.get("grid_comparison")
-    if comparison:
-        lines += ["## Search efficiency against the exhaustive grid", "", comparison["sentence"], "",
-                  *cli.table(("", "tuner", "grid"), [
-                      ("candidates measured", comparison["tuner_candidates"], comparison["grid_candidates"]),
-                      ("open-loop points", comparison["tuner_points"], comparison["grid_points"]),
-                      ("measurement time, s", f"{comparison['tuner_s']:.0f}", f"{comparison['grid_s']:.0f}"),
-                      ("best req/s within SLO", f"{comparison['tuner_rps']:.1f} (`{comparison['tuner_key']}`)",
-                       f"{comparison['grid_rps']:.1f} (`{comparison['grid_key']}`)")]), ""]
-        judged = comparison.get("head_to_head")
-        if judged:
-            lines += ["### Head to head", "", "The pick and the grid's best measured again (not counted as "
-                      "either side's time), alternating so a drift of the machine hits both alike:", ""]
-            lines += _candidate_table(judged["results"], None, False) + [""]
-        lines += ["### Grid: every candidate", ""]
-        lines += _candidate_table(report["grid"], comparison["grid_key"], False) + [""]
     verification = report.get("verification")
     if verification:
         lines += ["## Verification", "", f"Config: `{verification['config']}`; GET /models/{model}: "
@@ -299,14 +230,10 @@ def markdown(report: dict) -> str:
 
 def plot(path: Path, report: dict) -> None:
     """Every measured point on throughput vs p99, one colour per candidate; each candidate's best
-    point within the SLO circled, the chosen one starred; grid points in grey."""
+    point within the SLO circled, the chosen one starred."""
     slo = report["slo_ms"]
     chosen = (report.get("chosen") or {}).get("key")
     with cli.figure(path, figsize=(8, 5)) as ax:
-        for r in report.get("grid") or []:
-            pts = [p for p in r["points"] if p["p99_ms"] is not None]
-            ax.scatter([p["achieved_rps"] for p in pts], [p["p99_ms"] for p in pts], s=10, color="#bbbbbb",
-                       label="grid points" if r is report["grid"][0] else None)
         import matplotlib
 
         colours = matplotlib.colormaps["tab10"]

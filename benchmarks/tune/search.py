@@ -9,8 +9,7 @@ checkpoints anything itself, so each is tested with no server at all.
   recalibrate with what the server sustained, repeat; stop when the next prediction cannot beat the
   best measured by `min_gain_pct`, when `patience` measured candidates in a row brought less, or
   after `max_candidates`.
-- `Fixed`: a given list in order, model-free: TorchServe's defaults, the exhaustive grid, and the
-  judge's head-to-head rounds.
+- `Fixed`: a given list in order, model-free: TorchServe's defaults, the shorter delay's point.
 """
 
 from __future__ import annotations
@@ -31,9 +30,6 @@ Progress = Callable[[str], None]
 FALLBACK_START = 0.3
 # The gain and patience rules apply only once this many candidates were measured by the search.
 MIN_CANDIDATES = 3
-# The exhaustive grid knows nothing of the model: it climbs from a low rate by doubling.
-GRID_RATES = RateSettings(step=2.0, resolution=1.06, max_points=12)
-GRID_START_RPS = 8.0
 # With a time budget and nothing measured yet, what a candidate takes at least (a server start and
 # a few points); after that, the longest candidate measured so far.
 CANDIDATE_MIN_S = 60.0
@@ -100,11 +96,6 @@ class Fixed:
 
     def __init__(self, proposals: Sequence[Proposal], phase: str, rates: RateSettings) -> None:
         self.proposals, self.phase, self.rates = tuple(proposals), phase, rates
-
-    @classmethod
-    def grid(cls, candidates: Sequence[Candidate]) -> Fixed:
-        """The exhaustive reference the search is judged against."""
-        return cls([Proposal(c, GRID_START_RPS) for c in candidates], "grid", GRID_RATES)
 
     def propose(self, measured: Sequence[CandidateResult]) -> Optional[Proposal]:
         return self.proposals[len(measured)] if len(measured) < len(self.proposals) else None

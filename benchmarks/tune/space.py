@@ -131,8 +131,8 @@ class Space:
 
 
 # Named spaces. "full" is what `make tune` searches on CPUs; "gpu" on one GPU (--device cuda): batches
-# far above a CPU's, a few workers sharing the GPU rather than one per core; "reduced" is small
-# enough to also run as an exhaustive grid (the search-efficiency check); "tiny" is the smoke test's.
+# far above a CPU's, a few workers sharing the GPU rather than one per core; "reduced" is a
+# small one (1-2 workers, batch 1/2/4/8, delay 2/10/30 ms); "tiny" is the smoke test's.
 PRESETS = {
     "full": {"batch_sizes": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), "delays_ms": (1, 2, 5, 10, 20, 30, 50)},
     "gpu": {"batch_sizes": (1, 2, 4, 8, 16, 32, 64, 128, 256), "delays_ms": (1, 2, 5, 10, 20), "workers": (1, 2, 4)},

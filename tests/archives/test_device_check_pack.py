@@ -20,7 +20,7 @@ pytestmark = pytest.mark.archives
 @pytest.fixture(scope="module")
 def pack(archive_dirs, tmp_path_factory):
     folder = tmp_path_factory.mktemp("device-pack") / "pack"
-    assert device_check.main(["--catalogue", str(CATALOGUE), "--store", str(MODEL_STORE), "--pack", str(folder)]) == 0
+    assert device_check.main(["--catalogue", str(CATALOGUE), "--model-store", str(MODEL_STORE), "--pack", str(folder)]) == 0
     return folder
 
 

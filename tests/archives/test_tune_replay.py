@@ -1,14 +1,14 @@
 """The whole tuning pipeline replayed from a committed run's checkpoint, with no server at all.
 
 tune-minilm-20261121-131451 measured the model-guided search, the exhaustive grid of the reduced
-space and a head-to-head: 210 open-loop points on real TorchServes. Resumed from its checkpoint,
+space (an option since retired) and a head-to-head: 210 open-loop points on real TorchServes. Resumed from its checkpoint,
 the pipeline asks for points in the order today's search wants them, and the checkpoint answers
 each one the run measured (a point it did not measure stops the replay). A change to the search's
 logic shows here first: if it is meant, this run no longer describes the tuner, and the reports
 should be measured again.
 
 It no longer does: the run let unstable points set capacities, and an unstable point now never
-passes (benchmarks/load/capacity.py RatePoint.passes). The replay walks the defaults-free search's
+passes (benchmarks/load/capacity.py Point.passes). The replay walks the defaults-free search's
 first candidate as recorded, then at the second one the point that passed unstable now fails, and
 the rate search steps down to a rate the run never measured. Until a run measured under today's
 rules is committed, the test pins that divergence; with one, point RUN at it and compare every
@@ -33,8 +33,8 @@ pytestmark = pytest.mark.archives
 
 RUN = "tune-minilm-20261121-131451"
 # The report sections a run measured under today's rules must reproduce when replayed (not yet one).
-SAME = ("search", "chosen", "stop_reason", "fit", "calibrated_model", "first_predictions", "grid", "grid_comparison",
-        "before_after", "timing", "space_size")
+SAME = ("search", "chosen", "stop_reason", "fit", "calibrated_model", "first_predictions", "before_after", "timing",
+        "space_size")
 
 
 class Unmeasured(Exception):
@@ -79,7 +79,7 @@ def _replay(tmp_path: Path, monkeypatch) -> None:
     saved["identity"].update(point_requests=0, tie_pct=0, verify_points=1, verify_warmup_s=10.0)
     (folder / "checkpoint.json").write_text(json.dumps(saved))
     options = TuneOptions.from_record(saved["identity"], folder)
-    assert not options.steps.write and options.steps.grid  # nothing gets written anywhere
+    assert not options.steps.write  # nothing gets written anywhere
     monkeypatch.setattr(pipeline, "build_entry", _built)
     pipeline.tune_model(options, lambda line: None, serve_with=NoServer)
 

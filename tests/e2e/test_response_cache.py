@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from benchmarks.bench.response_cache import with_cache
+from benchmarks.bench.archive_settings import with_cache
 from benchmarks.load.server_metrics import Scrape
 from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.load.budget import Budget, BudgetSpent
-from benchmarks.load.runner import LoadPlan, OpenPoint, Point, best_within, open_point_min_s, search_capacity
+from benchmarks.load.capacity import Point
+from benchmarks.load.runner import LoadPlan, Measured, best_within, open_point_min_s, search_capacity
 from benchmarks.load.stats import StabilityRule
 
 pytestmark = pytest.mark.unit
@@ -28,15 +29,17 @@ class Server:
         self.capacity, self.full_limit = capacity, full_limit
         self.measured: list[tuple[float, bool]] = []
 
-    def __call__(self, rate: float, scout: bool = False) -> OpenPoint:
-        self.measured.append((rate, scout))
+    def figures(self, rate: float, scout: bool = False) -> dict:
         limit = self.capacity if scout else self.full_limit
         p99 = 20.0 if rate <= limit else 200.0
         achieved = min(rate, self.capacity * 1.2)
         # A scout's few short windows rarely agree: the stability rule must not judge it.
-        return OpenPoint({"mode": "open", "level": rate, "offered_rps": rate, "throughput_rps": achieved,
-                          "latency_ms": {"p99_ms": p99}, "stable": not scout, "errors": 0, "unanswered": 0},
-                         scout=scout)
+        return {"mode": "open", "level": rate, "offered_rps": rate, "throughput_rps": achieved,
+                "latency_ms": {"p99_ms": p99}, "stable": not scout, "errors": {}, "unanswered": 0}
+
+    def __call__(self, rate: float, scout: bool = False) -> Point:
+        self.measured.append((rate, scout))
+        return Point.of(self.figures(rate, scout), scout=scout)
 
 
 def test_scouts_bracket_and_the_capacity_is_a_full_point():
@@ -59,10 +62,10 @@ def test_a_full_point_that_fails_is_searched_below_with_full_points():
 
 def test_the_reported_capacity_is_never_a_scouts():
     server = Server(capacity=160.0, full_limit=110.0)
-    scout, full = server(150.0, scout=True), server(100.0)
     # A scout whose few windows happened to agree: it passes by every rule but its length.
-    points = [Point({**p.figures, "scout": p.scout, "stable": True}, ()) for p in (scout, full)]
-    assert OpenPoint(points[0].figures).passes(SLO_MS) and points[0].figures["throughput_rps"] > 100.0
+    points = [Measured({**server.figures(rate, scout), "scout": scout, "stable": True}, ())
+              for rate, scout in ((150.0, True), (100.0, False))]
+    assert Point.of(points[0].figures).passes(SLO_MS) and points[0].figures["throughput_rps"] > 100.0
     assert best_within(points, SLO_MS)["level"] == 100.0
 
 
@@ -87,10 +90,10 @@ def test_a_point_that_does_not_fit_is_not_started_and_is_named():
 
 def test_a_run_the_budget_cut_short_says_so_instead_of_a_miss():
     from benchmarks.bench.report import with_budget
-    from benchmarks.load.runner import Point, ServerRun
+    from benchmarks.load.runner import ServerRun
 
     def scout(rate, p99):
-        return Point({"mode": "open", "level": rate, "throughput_rps": rate, "scout": True,
+        return Measured({"mode": "open", "level": rate, "throughput_rps": rate, "scout": True,
                       "latency_ms": {"p99_ms": p99}}, ())
 
     ours = ServerRun("ours", (scout(211.4, 80.0), scout(169.1, 60.0), scout(135.3, 40.0)), (1,), {})

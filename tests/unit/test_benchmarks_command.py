@@ -14,11 +14,11 @@ from benchmarks.load import cli
 
 pytestmark = pytest.mark.unit
 
-# Verbs whose modules keep their own argparse (benchmarks/bench/device_check.py, export_variants.py), registered as
-# they are: their --help works, their refusals are argparse's own.
-OWN_ARGPARSE = {"device-check", "variants"}
+# A verb whose module keeps its own argparse (benchmarks/bench/export_variants.py), registered as it is: its
+# --help works, its refusals are argparse's own.
+OWN_ARGPARSE = {"variants"}
 # Modules others keep with their own argparse, registered as they are (their verbs' --help still works).
-OWN_PARSERS = ("device_check.py", "device_check_pack.py", "export_variants.py")
+OWN_PARSERS = ("export_variants.py",)
 # Flags a verb declares with another meaning than the shared option's: the tuner's space of worker counts.
 OWN_MEANING = {("tune", "--workers"), ("tune-ray", "--workers")}
 
@@ -110,7 +110,7 @@ def test_shared_options_parse_the_same_under_every_verb(verb, monkeypatch):
 def _sample(option: cli.Option) -> str:
     if option.choices:
         return option.choices[0]
-    return {int: "3", float: "2.5"}.get(option.type, "x")
+    return {int: "3", float: "2.5", None: "x", Path: "x"}.get(option.type, "3")  # else numbers(): "3" -> (3,)
 
 
 def test_a_shared_option_is_declared_once():

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit
 def pack(tiny_catalogue, tiny_dirs, tmp_path_factory):
     folder = tmp_path_factory.mktemp("pack") / "pack"
     store = tiny_catalogue.parent.parent / "store"
-    assert device_check.main(["--catalogue", str(tiny_catalogue), "--store", str(store), "--pack", str(folder),
+    assert device_check.main(["--catalogue", str(tiny_catalogue), "--model-store", str(store), "--pack", str(folder),
                               "--max-weights-mib", "0"]) == 0
     return folder
 

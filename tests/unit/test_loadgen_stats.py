@@ -286,11 +286,11 @@ def test_process_usage_and_the_rest_of_the_machine():
 
 
 def _point(mode: str, rps: float, p99: float, errors: dict = None):
-    from benchmarks.load.runner import Point
+    from benchmarks.load.runner import Measured
 
     figures = {"mode": mode, "level": rps, "throughput_rps": rps, "latency_ms": {"p99_ms": p99},
                "errors": errors or {}, "unanswered": 0}
-    return Point(figures, ())
+    return Measured(figures, ())
 
 
 def test_latency_target_counts_open_loop_points_only():
@@ -309,26 +309,26 @@ def test_latency_target_counts_open_loop_points_only():
 
 
 def test_a_point_that_does_not_keep_up_does_not_pass():
-    from benchmarks.load.runner import OpenPoint
+    from benchmarks.load.capacity import Point
 
     behind = dict(_point("open", 300.0, 40.0).figures, offered_rps=400.0)  # served 75% of what was sent
-    assert not OpenPoint(behind).passes(50.0)
-    assert OpenPoint(_point("open", 300.0, 40.0).figures).passes(50.0)
-    assert not OpenPoint(dict(_point("open", 300.0, 40.0).figures, unanswered=3)).passes(50.0)
+    assert not Point.of(behind).passes(50.0)
+    assert Point.of(_point("open", 300.0, 40.0).figures).passes(50.0)
+    assert not Point.of(dict(_point("open", 300.0, 40.0).figures, unanswered=3)).passes(50.0)
 
 
 def test_capacity_search_bisects_between_the_listed_rates():
     """The benchmark's listed rates bracket the capacity coarsely (here 200 passes, 300 does not);
     the search measures only between them, to the tuner's resolution."""
-    from benchmarks.load.capacity import RateSettings
-    from benchmarks.load.runner import OpenPoint, capacity_search
+    from benchmarks.load.capacity import Point, RateSettings
+    from benchmarks.load.runner import capacity_search
 
-    def server(rate: float) -> OpenPoint:  # p99 crosses 50 ms at 260 req/s
-        return OpenPoint(_point("open", rate, 50.0 * (rate / 260.0) ** 4).figures)
+    def server(rate: float) -> Point:  # p99 crosses 50 ms at 260 req/s
+        return Point.of(_point("open", rate, 50.0 * (rate / 260.0) ** 4).figures)
 
     probed = []
 
-    def probe(rate: float) -> OpenPoint:
+    def probe(rate: float) -> Point:
         probed.append(rate)
         return server(rate)
 
@@ -351,7 +351,7 @@ def test_capacity_search_bisects_between_the_listed_rates():
 
 def test_served_path_targets_meet_and_miss():
     from benchmarks.bench import targets
-    from benchmarks.load.runner import Point, ServerRun
+    from benchmarks.load.runner import Measured, ServerRun
 
     def figures(mode, level, rps, p50, p99):
         return {"mode": mode, "level": level, "throughput_rps": rps, "errors": {}, "unanswered": 0,
@@ -359,7 +359,7 @@ def test_served_path_targets_meet_and_miss():
 
     one = figures("closed", 1, 100.0, 9.0, 14.0)
     low_ok, low_slow = figures("open", 60, 60.0, 10.0, 25.0), figures("open", 90, 90.0, 12.0, 31.0)
-    run = ServerRun("ours", tuple(Point(f, ()) for f in (one, low_ok, low_slow)), (1, 1), {})
+    run = ServerRun("ours", tuple(Measured(f, ()) for f in (one, low_ok, low_slow)), (1, 1), {})
     summary = {"slo_ms": 50.0, "ours": {"slo_rps": 300.0}}
     rows = targets.check(run, summary, {"items_per_s": 400.0, "batch1_ms": 5.5}, {"combined_limit_rps": 350.0})
     assert [r["met"] for r in rows] == [True, True, False, True]  # 25 <= 28 ms; 31 > 28 ms; 300 >= min(280, 315)

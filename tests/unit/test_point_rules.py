@@ -9,13 +9,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.load import resources, server_metrics, stats
-from benchmarks.load.capacity import RateSettings, find_max_rate
+from benchmarks.load.capacity import Point, RateSettings, find_max_rate
 from benchmarks.load.loadgen import LoadResult
 from benchmarks.load.mix import Mix, MixPoint, model_figures
-from benchmarks.load.runner import OpenPoint, best_within, point
-from benchmarks.load.runner import Point as ServedPoint
+from benchmarks.load.runner import Measured, best_within, point
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule
-from benchmarks.tune.results import Point
 from benchmarks.tune.space import Candidate
 
 pytestmark = pytest.mark.unit
@@ -109,13 +107,13 @@ def _figures(rps: float, p99: float, stable: bool) -> dict:
 
 def test_an_unstable_passing_point_sets_no_bench_capacity():
     stable, unstable = _figures(200.0, 30.0, True), _figures(300.0, 40.0, False)
-    assert not OpenPoint(unstable).passes(50.0)
-    assert best_within([ServedPoint(stable, ()), ServedPoint(unstable, ())], 50.0) is stable
+    assert not Point.of(unstable).passes(50.0)
+    assert best_within([Measured(stable, ()), Measured(unstable, ())], 50.0) is stable
 
 
 def test_the_rate_search_never_takes_an_unstable_point_as_its_capacity():
-    def probe(rate: float) -> OpenPoint:  # within the SLO up to 260 req/s, unstable from 200
-        return OpenPoint(_figures(rate, 30.0 if rate <= 260 else 90.0, stable=rate < 200))
+    def probe(rate: float) -> Point:  # within the SLO up to 260 req/s, unstable from 200
+        return Point.of(_figures(rate, 30.0 if rate <= 260 else 90.0, stable=rate < 200))
 
     found = find_max_rate(probe, 100.0, 50.0, RateSettings(max_points=8))
     assert found.best is not None and found.best.rate_rps < 200.0

@@ -20,12 +20,11 @@ def record(*argv: str) -> dict:
 
 
 def test_a_record_builds_each_steps_options(tmp_path):
-    options = TuneOptions.from_record(record("--space", "reduced", "--grid", "--no-write", "--rate-step", "1.5",
+    options = TuneOptions.from_record(record("--space", "reduced", "--no-write", "--rate-step", "1.5",
                                              "--window-s", "3"), tmp_path / "run", wait_quiet_s=60)
     assert options.space.batch_sizes == (1, 2, 4, 8) and options.space.cores == 2
     assert options.search.rates.step == 1.5 and options.load.window_s == 3.0
-    assert (options.steps.grid, options.steps.write, options.steps.verify, options.steps.defaults) == \
-        (True, False, True, True)
+    assert (options.steps.write, options.steps.verify, options.steps.defaults) == (False, True, True)
     assert options.config == REPO_ROOT / "config.properties"  # recorded relative, read as the repo's
     assert options.record["config"] == "config.properties" and options.wait_quiet_s == 60
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -56,8 +55,9 @@ def test_unknown_and_missing_keys_are_refused(tmp_path):
     raw = record()
     with pytest.raises(TuneError, match=r"unknown \['colour'\]"):
         TuneOptions.from_record({**raw, "colour": "blue"}, tmp_path)
-    del raw["grid"]
-    with pytest.raises(TuneError, match=r"missing \['grid'\]"):
+    assert TuneOptions.from_record({**raw, "grid": True}, tmp_path).record["grid"]  # a retired option: read past
+    del raw["tie_pct"]
+    with pytest.raises(TuneError, match=r"missing \['tie_pct'\]"):
         TuneOptions.from_record(raw, tmp_path)
 
 

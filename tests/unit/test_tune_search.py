@@ -15,9 +15,9 @@ from benchmarks.tune.errors import CheckpointError, TuneError
 from benchmarks.tune.rates import evaluate
 from benchmarks.tune.results import CandidateResult, Point, best_of
 from benchmarks.tune.search import (
-    GRID_RATES,
     Fixed,
     ModelGuided,
+    Proposal,
     SearchResult,
     SearchSettings,
     preferred,
@@ -86,8 +86,13 @@ def search(measurer, prior=(), settings: SearchSettings = SearchSettings()):
     return strategy.result(run(strategy, measurer, SLO_MS, quiet))
 
 
+# An exhaustive grid, model-free: every candidate, climbing from a low rate by doubling.
+GRID_RATES = RateSettings(step=2.0, resolution=1.06, max_points=12)
+
+
 def grid(measurer):
-    return run(Fixed.grid(SPACE.candidates()), measurer, SLO_MS, quiet).results
+    return run(Fixed([Proposal(c, 8.0) for c in SPACE.candidates()], "grid", GRID_RATES), measurer, SLO_MS,
+               quiet).results
 
 
 class SyntheticServer:

@@ -17,7 +17,7 @@ from benchmarks.tune.mix.search import SearchSettings
 from build.catalogue import Catalogue
 
 # Options of the per-model tuner that mean nothing for a mix: refused rather than ignored.
-_PER_MODEL_ONLY = ("model", "slo_ms", "resume", "grid", "workers", "no_defaults", "no_verify", "tie_pct")
+_PER_MODEL_ONLY = ("model", "slo_ms", "resume", "workers", "no_defaults", "no_verify", "tie_pct")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,9 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mix-warmup-s", type=float, default=10.0,
                    help="the search: unmeasured load after each server start (the reference and the verification "
                         "use --verify-warmup-s)")
-    g.add_argument("--mix-reproduce", action="store_true",
-                   help="measure the written file's capacity again (the verification's points, no search, no "
-                        "write) and compare it with its mix record: does the recorded figure reproduce?")
 
 
 def mix_options(args: argparse.Namespace, parser: argparse.ArgumentParser, catalogue: Catalogue, cores: int,
@@ -66,7 +63,6 @@ def mix_options(args: argparse.Namespace, parser: argparse.ArgumentParser, catal
                                  rule=rule, warmup_s=args.mix_warmup_s, rates=rates)
     final_point = PointSettings(point_requests=args.point_requests, window_s=args.mix_window_s,
                                 rule=final_rule, warmup_s=args.verify_warmup_s, rates=rates)
-    kind = "tune-mix-reproduce" if args.mix_reproduce else "tune-mix"
-    folder = cli.report_folder(args.out, kind)
+    folder = cli.report_folder(args.out, "tune-mix")
     return MixOptions(mix, cores, Path(args.config).resolve(), Path(args.model_store).resolve(), folder.resolve(),
                       search, search_point, final_point, not args.no_write, command)

@@ -22,7 +22,6 @@ from typing import Optional
 from benchmarks.load.environment import describe_environment
 from benchmarks.load.mix import Mix
 from benchmarks.tune.config_writer import Provenance, Update
-from benchmarks.tune.errors import TuneError
 from benchmarks.tune.mix import report
 from benchmarks.tune.mix.measure import Capacity, PointSettings, measure_capacity
 from benchmarks.tune.mix.plan import MixPlan, starting_plan
@@ -192,25 +191,3 @@ def _provenance(record: MixRecord, environment: dict) -> tuple[Provenance, ...]:
                             m.threads, m.rate_rps, m.p99_ms, f"{SHARE_NOTE}, {record.capacity_rps:.1f} "
                             "req/s in all: see the mix record above", None, record.report, record.machine)
                  for m in record.models)
-
-
-def reproduce(options: MixOptions, progress: Progress) -> int:
-    """The written file's capacity measured again with the verification's points, against its record."""
-    from serving.mix_record import read_mix
-
-    recorded = read_mix(options.config)
-    if recorded is None:
-        raise TuneError(f"{shown(options.config)} has no mix record: tune it first (make tune MIX=...)")
-    if recorded.shares.keys() != options.mix.shares.keys() or any(
-            abs(recorded.shares[n] - s) > 1e-3 for n, s in options.mix.shares.items()):
-        raise TuneError(f"the record is for {recorded.shares}, not {dict(options.mix.shares)}: pass the tuned --mix")
-    again = measure_capacity("reproduce (the written file)", options.mix, options.model_store, options.config, None,
-                             recorded.capacity_rps, options.final_point, progress)
-    change = (again.rate_rps / recorded.capacity_rps - 1) * 100 if recorded.capacity_rps else float("nan")
-    options.folder.mkdir(parents=True, exist_ok=True)
-    report.write_reproduction(options.folder, {"options": options.to_json(), "record": recorded.to_json(),
-                                               "again": again.to_json(), "change_pct": change,
-                                               "environment": describe_environment()})
-    print(f"mix capacity again: {again.rate_rps:.1f} req/s vs recorded {recorded.capacity_rps:.1f} "
-          f"({change:+.1f}%); report {options.folder / 'reproduce.md'}")
-    return 0 if again.best is not None else 1

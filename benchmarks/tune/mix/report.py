@@ -145,16 +145,3 @@ def print_summary(content: dict, folder: Path) -> None:
     print(f"mix: {written} {content['verified']['capacity_rps']:.1f} req/s vs the values before "
           f"{content['reference']['capacity_rps']:.1f} req/s"
           + ("" if ratio is None else f" ({ratio:.2f}x)") + f"; report {folder / 'report.md'}")
-
-
-def write_reproduction(folder: Path, content: dict) -> None:
-    """reproduce.json and reproduce.md: the recorded capacity against a second measurement."""
-    (folder / "reproduce.json").write_text(json.dumps(content, indent=1, default=str), encoding="utf-8")
-    record, again = content["record"], content["again"]
-    rows = _per_model_rows({"options": content["options"], "again": again}, "again")
-    lines = ["# The tuned mix, measured again", "", f"Command: `{content['options']['command']}`.", "",
-             *cli.table(("", "total req/s within every SLO"), [
-                 (f"recorded ({record['date']}, {record['report']})", f"{record['capacity_rps']:.1f}"),
-                 ("again", f"{again['capacity_rps']:.1f} ({content['change_pct']:+.1f}%)")]), "",
-             *cli.table(PER_MODEL, ()), *rows, ""]
-    (folder / "reproduce.md").write_text("\n".join(lines), encoding="utf-8")

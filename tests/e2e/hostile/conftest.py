@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench.response_cache import with_cache
+from benchmarks.bench.archive_settings import with_cache
 from serving.launcher import TorchServe
 from serving.ts_config import ModelSettings
 from tests.e2e.conftest import LM, MODELS
