@@ -25,6 +25,8 @@ VERBS = {
     "generation": ("benchmarks.bench.generation", "a generating model: KV cache, continuous batching, TTFT, "
                                                   "modes, OpenAI, speculation, prefix cache, priorities"),
     "ray-generation": ("benchmarks.bench.ray_generation", "an LM on Ray Serve (1, 2 replicas) against TorchServe's async mode"),
+    "engines": ("benchmarks.bench.engines", "TorchServe against Ray Serve (proxy, HAProxy): ready, idle memory, "
+                                            "p50 at one client, capacity at the SLO; --generation: an LM"),
     "device-check": ("benchmarks.bench.device_check", "every family on the CPU and CUDA in-process: agreement, "
                                                       "items/s, CUDA graphs, GPU memory"),
     "variants": ("benchmarks.bench.export_variants", "each variant of a model built alone: export and build "

@@ -1,0 +1,216 @@
+"""TorchServe against Ray Serve (its default Python proxy and its HAProxy ingress), same host, same
+run, same archives, each engine with its own tuned values: ready time, idle memory, p50 at one
+client and capacity within the SLO per model.
+
+    python -m benchmarks engines --model minilm,efficientnet_lite0 --generation tinylm
+
+Per model the arms run back to back (TorchServe, Ray's proxy, Ray's HAProxy), each on a fresh
+server serving that model alone: ready time, the PSS and RSS of every process of the engine's
+session after it idles, p50 over a closed loop of one client, then the highest open-loop rate
+whose p99 is within the catalogue's SLO (benchmarks.load.capacity's search). TorchServe takes
+config.properties' values; Ray the model's app in --serve-config (make tune ENGINE=ray's file), else
+the same values as TorchServe. `--generation <lm>`: the ray-generation verb's rows in the same run.
+
+Writes benchmarks/reports/engines-<time>/ (report.json, report.md, capacity.png).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Optional
+
+import psutil
+
+from benchmarks.bench import ray_generation
+from benchmarks.bench.archive_settings import with_handler_settings
+from benchmarks.bench.generation_load import PLAIN
+from benchmarks.load import cli, loadgen, runner
+from benchmarks.load.capacity import Point, RateSettings, find_max_rate
+from benchmarks.load.loadgen import Target
+from benchmarks.load.stats import StabilityRule
+from build.catalogue import Catalogue
+from serving.launcher import TorchServe
+from serving.ray import serve_config
+from serving.ray.launcher import RayServe
+from serving.repo import CATALOGUE, REPO_ROOT, shown
+from serving.ts_config import ServerConfig
+
+log = cli.progress("engines")
+ARMS = ("TorchServe", "Ray (proxy)", "Ray (HAProxy)")
+IDLE_S = 5.0  # after ready, before memory is read
+GIB = 2**30
+
+
+def parse(argv: list[str]):
+    p = cli.parser("engines", __doc__.splitlines()[0])
+    cli.add(p, "model_store", "out", "config", model={"default": "minilm,efficientnet_lite0",
+                                                      "help": "catalogue models, comma-separated"},
+            point_requests={"default": 1000}, max_points={"default": 5})
+    p.add_argument("--serve-config", type=Path, default=REPO_ROOT / "ray-serve.yaml",
+                   help="Ray's tuned values (make tune ENGINE=ray's file); a model not in it: config.properties'")
+    p.add_argument("--generation", default="", help="also an LM's ray-generation rows (e.g. tinylm)")
+    p.add_argument("--clients", type=int, default=8, help="--generation: streaming clients")
+    p.add_argument("--rounds", type=int, default=3, help="--generation: requests per client")
+    return p.parse_args(argv)
+
+
+def memory(procs: list[psutil.Process]) -> dict:
+    """RSS and PSS (GiB) summed over the session's processes, and their count."""
+    rss = pss = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            info = proc.memory_full_info()
+            rss, pss = rss + info.rss, pss + getattr(info, "pss", info.rss)
+    return {"processes": len(procs), "rss_gib": round(rss / GIB, 3), "pss_gib": round(pss / GIB, 3)}
+
+
+def session_procs(server) -> list[psutil.Process]:
+    if isinstance(server, RayServe):
+        return server.processes()
+    java = psutil.Process(server.java_pid)
+    return [java, *java.children(recursive=True)]
+
+
+def measure(server, model: str, settings, slo_ms: float, args) -> dict:
+    time.sleep(IDLE_S)
+    idle = memory(session_procs(server))
+    target = Target.for_model(server.inference_url, model, server.tokens.inference)
+    payloads = loadgen.payloads_for(model)
+    quiet = lambda line: None  # noqa: E731
+    in_flight = max(2, 2 * settings.min_workers * settings.batch_size)
+    runner.warm_up(target, payloads, 5.0, in_flight)
+    one = loadgen.closed_loop(target, payloads, 1, StabilityRule(last=3, max_windows=4), 3.0, progress=quiet).figures()
+    busy = loadgen.closed_loop(target, payloads, in_flight, StabilityRule(last=2, max_windows=3), 2.0,
+                               progress=quiet).figures()
+    rule = StabilityRule(last=3, max_windows=5)
+
+    def probe(rate: float) -> Point:
+        window = runner.open_window_s(rate, 2.0, args.point_requests, rule.last)
+        point = Point.of(loadgen.open_loop(target, payloads, rate, rule, window, 64, seed=int(rate * 1000),
+                                           drain_s=max(5.0, 2 * window), progress=quiet).figures())
+        log(f"    {rate:.1f} req/s: {point.achieved_rps:.1f} served, p99 {point.p99_ms} ms (n={point.samples})")
+        return point
+
+    found = find_max_rate(probe, 0.8 * busy["throughput_rps"], slo_ms, RateSettings(max_points=args.max_points))
+    best = found.best
+    return {"idle": idle, "p50_1_ms": one["latency_ms"]["p50_ms"], "closed_rps": round(busy["throughput_rps"], 1),
+            "capacity_rps": round(best.achieved_rps, 1) if best else 0.0,
+            "capacity_p99_ms": best.p99_ms if best else None, "capacity_samples": best.samples if best else None,
+            "points": [p.to_json() for p in found.points]}
+
+
+def arm(name: str, model: str, args, ts_config: ServerConfig, ray_tuned: dict, slo_ms: float) -> dict:
+    ts = ts_config.model(model).settings
+    settings = ts if name == "TorchServe" else ray_tuned.get(model, ts)
+    log(f"{model}: {name}, {settings.to_json()}")
+    began = time.monotonic()
+    server = (TorchServe(args.model_store, base_config=args.config, models={model: settings}, load=(model,))
+              if name == "TorchServe" else
+              RayServe(args.model_store, models=(model,), settings={model: settings}, haproxy="HAProxy" in name))
+    with server:
+        ready_s = round(time.monotonic() - began, 1)
+        row = measure(server, model, settings, slo_ms, args)
+    source = "config.properties" if settings is ts else shown(args.serve_config)
+    return {"model": model, "engine": name, "settings": settings.to_json(), "from": source, "ready_s": ready_s, **row}
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """Each Ray row against the same model's TorchServe row: the issue's targets (capacity >= 0.9x,
+    p50 within TorchServe's + 2 ms, idle PSS <= 1.5x, ready <= 30 s)."""
+    base = {r["model"]: r for r in rows if r["engine"] == "TorchServe"}
+    out = []
+    for r in rows:
+        ts = base.get(r["model"])
+        if ts is None or r is ts:
+            continue
+        cap = r["capacity_rps"] / ts["capacity_rps"] if ts["capacity_rps"] else None
+        p50 = r["p50_1_ms"] - ts["p50_1_ms"]
+        mem = r["idle"]["pss_gib"] / ts["idle"]["pss_gib"]
+        out.append({"model": r["model"], "engine": r["engine"], "capacity_x": None if cap is None else round(cap, 2),
+                    "p50_delta_ms": round(p50, 2), "pss_x": round(mem, 2),
+                    "met": {"capacity": cap is not None and cap >= 0.9, "p50": p50 <= 2.0, "memory": mem <= 1.5,
+                            "ready": r["ready_s"] <= 30.0}})
+    return out
+
+
+def markdown(report: dict) -> str:
+    rows = report["rows"]
+    lines = [f"# TorchServe against Ray Serve, {report['when']}", "",
+             f"`{report['command']}` ({report['cpus']} cores; one run, arms back to back per model: ratios)", ""]
+    lines += cli.table(
+        ("model", "engine", "values (from)", "ready s", "idle PSS / RSS GiB (procs)", "p50 1 client ms",
+         "capacity req/s (p99 ms, n)"),
+        [(r["model"], r["engine"], f"{r['settings']} ({r['from']})", r["ready_s"],
+          f"{r['idle']['pss_gib']} / {r['idle']['rss_gib']} ({r['idle']['processes']})", r["p50_1_ms"] and
+          round(r["p50_1_ms"], 2), f"{r['capacity_rps']} ({r['capacity_p99_ms']}, {r['capacity_samples']})")
+         for r in rows])
+    yes = {True: "met", False: "missed"}
+    lines += ["", "Against TorchServe (targets: capacity >= 0.9x, p50 <= +2 ms, idle PSS <= 1.5x, ready <= 30 s):", ""]
+    lines += cli.table(("model", "engine", "capacity", "p50", "idle PSS", "ready"),
+                       [(c["model"], c["engine"], f"{'-' if c['capacity_x'] is None else c['capacity_x']}x ({yes[c['met']['capacity']]})",
+                         f"{c['p50_delta_ms']:+} ms ({yes[c['met']['p50']]})",
+                         f"{c['pss_x']}x ({yes[c['met']['memory']]})", yes[c["met"]["ready"]])
+                        for c in report["compare"]])
+    if report.get("generation"):
+        lines += ["", f"{report['generation']['model']}, {report['clients']} streaming clients (output tokens/s):", ""]
+        lines += cli.table(("engine", "tokens/s", "TTFT p50 ms", "TTFT p90 ms"),
+                           [(g["engine"], g["tokens_per_s"], g["ttft_p50_ms"], g["ttft_p90_ms"])
+                            for g in report["generation"]["rows"]])
+    return "\n".join(lines + ["", "![capacity](capacity.png)", ""])
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    with cli.figure(path, 1, 2, figsize=(10, 3.6)) as (cap, p50):
+        for i, engine in enumerate(ARMS):
+            mine = {r["model"]: r for r in rows if r["engine"] == engine}
+            xs = [m + (i - 1) * 0.27 for m in range(len(models))]
+            cap.bar(xs, [mine.get(m, {}).get("capacity_rps", 0) for m in models], 0.27, label=engine)
+            p50.bar(xs, [mine.get(m, {}).get("p50_1_ms") or 0 for m in models], 0.27, label=engine)
+        for ax, title in ((cap, "capacity within the SLO, req/s"), (p50, "p50 at one client, ms")):
+            ax.set_xticks(range(len(models)), models)
+            ax.set_title(title)
+        cap.legend(fontsize=8)
+
+
+def generation(args) -> dict:
+    """The ray-generation verb's arms: TorchServe async 1x2 and 2x1, Ray 2 replicas (proxy)."""
+    gen = SimpleNamespace(model=args.generation, clients=args.clients, new_tokens=32, rounds=args.rounds,
+                          ray_threads=0, haproxy=False)
+    with tempfile.TemporaryDirectory(prefix="engines-") as tmp:
+        store = Path(tmp)
+        with_handler_settings(args.model_store / f"{gen.model}.mar", store, gen.model,
+                              {"causal_lm": {**PLAIN, "mode": "async"}})
+        rows = [ray_generation.torchserve(store, gen, layout) for layout in ((1, 2), (2, 1))]
+        rows.append(ray_generation.ray(store, gen, 2))
+    return {"model": gen.model, "rows": rows}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[2:] if argv is None else argv)
+    args = parse(argv)
+    when = cli.stamp()
+    out = cli.report_folder(args.out, "engines", when=when)
+    catalogue = Catalogue.load(CATALOGUE)
+    ts_config = ServerConfig.load(args.config)
+    ray_tuned = ({a.model: a.settings for a in serve_config.read(args.serve_config, args.model_store.resolve())}
+                 if args.serve_config.is_file() else {})
+    rows = [arm(name, model, args, ts_config, ray_tuned, catalogue.entry(model).slo_ms)
+            for model in args.model.split(",") for name in ARMS]
+    report = {"when": when, "cpus": os.cpu_count(), "command": cli.command_line("engines", argv),
+              "clients": args.clients, "rows": rows, "compare": compare(rows),
+              "generation": generation(args) if args.generation else None}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(markdown(report), encoding="utf-8")
+    plot(rows, out / "capacity.png")
+    print(markdown(report))
+    log(f"report: {shown(out / 'report.md')}")
+    return 0

@@ -1,0 +1,28 @@
+"""The engines verb's pure parts: each Ray arm against TorchServe's, and the report's tables."""
+
+from benchmarks.bench.engines import compare, markdown
+
+
+def row(engine: str, capacity: float, p50: float, pss: float, ready: float = 20.0) -> dict:
+    return {"model": "minilm", "engine": engine, "settings": {"batchSize": 4}, "from": "config.properties",
+            "ready_s": ready, "idle": {"pss_gib": pss, "rss_gib": 2 * pss, "processes": 3}, "p50_1_ms": p50,
+            "capacity_rps": capacity, "capacity_p99_ms": 40.0, "capacity_samples": 1200}
+
+
+def test_ray_arms_are_judged_against_torchserve_of_the_same_model():
+    rows = [row("TorchServe", 100.0, 10.0, 1.0), row("Ray (proxy)", 50.0, 13.5, 2.0, ready=41.0),
+            row("Ray (HAProxy)", 95.0, 11.0, 1.4)]
+    proxy, haproxy = compare(rows)
+    assert (proxy["capacity_x"], proxy["p50_delta_ms"], proxy["pss_x"]) == (0.5, 3.5, 2.0)
+    assert proxy["met"] == {"capacity": False, "p50": False, "memory": False, "ready": False}
+    assert (haproxy["capacity_x"], haproxy["p50_delta_ms"], haproxy["pss_x"]) == (0.95, 1.0, 1.4)
+    assert all(haproxy["met"].values())
+
+
+def test_no_capacity_on_torchserve_gives_no_ratio_and_the_report_still_renders():
+    rows = [row("TorchServe", 0.0, 10.0, 1.0), row("Ray (proxy)", 50.0, 10.0, 1.0)]
+    (only,) = compare(rows)
+    assert only["capacity_x"] is None and not only["met"]["capacity"]
+    text = markdown({"when": "now", "command": "cmd", "cpus": 2, "clients": 8, "rows": rows,
+                     "compare": [only], "generation": None})
+    assert "| minilm | Ray (proxy) | -x (missed) |" in text
