@@ -117,17 +117,12 @@ def _tail(point: Optional[dict], label: bool = False) -> str:
     return stats.tail_text(latency) if label else stats.tail_cell(latency)
 
 
-def _rows(report: dict) -> list[dict]:
-    """Every candidate result in the report, with its phase."""
-    return report.get("search") or []  # starts with the defaults, when measured
-
-
 def write_csv(path: Path, report: dict) -> None:
     slo = report["slo_ms"]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
         writer.writeheader()
-        for result in _rows(report):
+        for result in report.get("search") or []:  # the defaults first, when measured
             for p in result["points"]:
                 passed = Point.from_json(p).passes(slo)
                 writer.writerow({"phase": result["phase"], "candidate": result["key"], **result["candidate"],
