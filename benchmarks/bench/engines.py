@@ -32,6 +32,7 @@ from benchmarks.bench import ray_generation
 from benchmarks.bench.archive_settings import with_handler_settings
 from benchmarks.bench.generation_load import PLAIN
 from benchmarks.load import cli, loadgen, runner
+from benchmarks.load.budget import Budget, BudgetSpent
 from benchmarks.load.capacity import Point, RateSettings, find_max_rate
 from benchmarks.load.loadgen import Target
 from benchmarks.load.stats import StabilityRule
@@ -55,6 +56,8 @@ def parse(argv: list[str]):
             point_requests={"default": 1000}, max_points={"default": 5})
     p.add_argument("--serve-config", type=Path, default=REPO_ROOT / "ray-serve.yaml",
                    help="Ray's tuned values (make tune ENGINE=ray's file); a model not in it: config.properties'")
+    p.add_argument("--arm-budget-min", type=float, default=4.0,
+                   help="capacity search per arm: a point that would not end within this is not started")
     p.add_argument("--generation", default="", help="also an LM's ray-generation rows (e.g. tinylm)")
     p.add_argument("--clients", type=int, default=8, help="--generation: streaming clients")
     p.add_argument("--rounds", type=int, default=3, help="--generation: requests per client")
@@ -90,20 +93,24 @@ def measure(server, model: str, settings, slo_ms: float, args) -> dict:
     busy = loadgen.closed_loop(target, payloads, in_flight, StabilityRule(last=2, max_windows=3), 2.0,
                                progress=quiet).figures()
     rule = StabilityRule(last=3, max_windows=5)
+    budget, points = Budget(60 * args.arm_budget_min), []
 
     def probe(rate: float) -> Point:
         window = runner.open_window_s(rate, 2.0, args.point_requests, rule.last)
+        budget.require(f"{rate:.1f} req/s", (rule.warmup + rule.last) * window + 1.0)
         point = Point.of(loadgen.open_loop(target, payloads, rate, rule, window, 64, seed=int(rate * 1000),
                                            drain_s=max(5.0, 2 * window), progress=quiet).figures())
         log(f"    {rate:.1f} req/s: {point.achieved_rps:.1f} served, p99 {point.p99_ms} ms (n={point.samples})")
+        points.append(point)
         return point
 
-    found = find_max_rate(probe, 0.8 * busy["throughput_rps"], slo_ms, RateSettings(max_points=args.max_points))
-    best = found.best
+    with contextlib.suppress(BudgetSpent):  # the points measured until then are the arm's
+        find_max_rate(probe, 0.8 * busy["throughput_rps"], slo_ms, RateSettings(max_points=args.max_points))
+    best = max((p for p in points if p.passes(slo_ms)), key=lambda p: p.achieved_rps, default=None)
     return {"idle": idle, "p50_1_ms": one["latency_ms"]["p50_ms"], "closed_rps": round(busy["throughput_rps"], 1),
             "capacity_rps": round(best.achieved_rps, 1) if best else 0.0,
             "capacity_p99_ms": best.p99_ms if best else None, "capacity_samples": best.samples if best else None,
-            "points": [p.to_json() for p in found.points]}
+            "points": [p.to_json() for p in points], "left_out": budget.left_out}
 
 
 def arm(name: str, model: str, args, ts_config: ServerConfig, ray_tuned: dict, slo_ms: float) -> dict:
