@@ -1,7 +1,7 @@
-"""The AOTInductor archive `make build` wrote (efficientnet_lite0.aoti.mar: the one model whose
-AOTInductor variant the catalogue builds), served in-process the worker's way: one package answers
-every batch size (its batch dimension is dynamic), ImageNet's answer on real photos, and the same
-top-1 as the fp32 eager model on every catalogue example (the gate's rule)."""
+"""The AOTInductor archive `make build` wrote (efficientnet_lite0's default, efficientnet_lite0.mar),
+served in-process the worker's way: one package answers every batch size (its batch dimension is
+dynamic), ImageNet's answer on real photos, and the same top-1 as the fp32 eager model on every
+catalogue example (the gate's rule)."""
 
 import io
 import re

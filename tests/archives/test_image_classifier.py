@@ -1,5 +1,5 @@
 """EfficientNet-Lite0's archive in-process: what ImageNet weights know of real photos, in every
-served path (TorchScript under the catalogue's precision, fp32 eager), decoding mode and JPEG draft."""
+served path (the default variant under the catalogue's precision, fp32 eager), decoding mode and JPEG draft."""
 
 import io
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.archives
 
 @pytest.fixture(scope="module")
 def served(archive_dirs):
-    """The shipped settings (TorchScript traced under the catalogue's precision, channels_last)."""
+    """The shipped settings (the default variant, compiled under the catalogue's precision)."""
     return make_handler(archive_dirs["efficientnet_lite0"], "efficientnet_lite0")
 
 

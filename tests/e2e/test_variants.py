@@ -2,9 +2,8 @@
 its answers to the catalogue examples over HTTP stay within the entry's accuracy gate against the
 fp32 eager model (computed here, in-process, as the build's gate does), its worker passed its
 self-check on this machine at load, and an ONNX Runtime worker's session runs on the worker's
-thread budget (the worker reads it back from its session); an AOTInductor package serves through the
-same worker. A variant this host's gate rejected is
-skipped with the gate's figure (tests/archived.py)."""
+thread budget (the worker reads it back from its session); a TorchScript graph serves through the
+same worker. A variant this host's gate rejected is skipped with the gate's figure (tests/archived.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from tests.e2e.helpers import examples_of
 pytestmark = pytest.mark.e2e
 
 # One server per group: one archive per model name in a server.
-GROUPS = [{"minilm": "onnx-int8", "efficientnet_lite0": "onnx"}, {"minilm": "onnx", "efficientnet_lite0": "aoti"}]
+GROUPS = [{"minilm": "onnx-int8", "efficientnet_lite0": "onnx"}, {"minilm": "onnx", "efficientnet_lite0": "torchscript"}]
 
 
 @pytest.fixture(scope="module", params=GROUPS, ids=lambda g: "+".join(f"{m}.{v}" for m, v in g.items()))

@@ -26,7 +26,7 @@ def catalogue():
 
 def test_the_shipped_config_builds_the_default_archives_of_the_models_it_loads(catalogue):
     selection = for_config(catalogue, DEFAULT_CONFIG)
-    assert dict(selection.variants) == {"efficientnet_lite0": ("torchscript",), "minilm": ("torchscript",),
+    assert dict(selection.variants) == {"efficientnet_lite0": ("aoti",), "minilm": ("torchscript",),
                                         "digits": ("eager",), "co2": ("torchscript",)}
     assert "tinylm" not in selection.names and selection.foreign == ()
 
