@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from deployment import image, inputs, k8s, kserve, plan, validate
+from deployment import gpu, image, inputs, k8s, kserve, plan, validate
 from deployment.errors import DeployError
 from serving.repo import REPO_ROOT
 
@@ -47,7 +47,7 @@ def relative(out: Path) -> str:
 def generate(repo: Path, config: Path, out: Path, options: plan.PlanOptions, hpa_only: bool = False,
              gpus: int = 0) -> plan.Plan:
     """Read the inputs once, plan, write deploy/ (or just its HPA). Returns the plan."""
-    found = inputs.load(repo, config, gpus)
+    found = gpu.on_gpu(inputs.load(repo, config, gpus))
     sized = plan.make_plan(found.mix, options)
     say(sized.explain(found.mix))
     if hpa_only and (out / "k8s").is_dir():

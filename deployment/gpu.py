@@ -4,7 +4,9 @@ The tuned values were measured on CPUs: a CPU plan on a GPU host would leave eac
 with one thread for its JPEG decoding and a CPU's batch. Each model whose archive may run on a GPU
 (no `deviceType: cpu` in its model-config.yaml) gets one worker per GPU, the cores left by the
 CPU-only models shared among those workers, and a device's batch; its delay and timeout are kept.
-A CPU-only model (an ONNX or int8 variant) keeps its tuned values.
+A CPU-only model (an ONNX or int8 variant) keeps its tuned values. A model whose default archive
+pins the CPU (an AOTInductor package compiled for this CPU) is served on a GPU replica from the
+store's first sibling archive that may take a GPU (`<name>.torchscript.mar`), where one is built.
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ def runs_on_cpu(archive: Path) -> bool:
     except (OSError, KeyError, zipfile.BadZipFile, yaml.YAMLError):
         return False
     return isinstance(config, dict) and str(config.get("deviceType", "")).lower() == "cpu"
+
+
+def on_gpu(inputs: Inputs) -> Inputs:
+    """The inputs of a GPU replica: a model served from its default archive that pins the CPU moves to
+    its first sibling (`<name>.<variant>.mar`, by name) that may take a GPU. A marName config.properties
+    chose, and a model without such a sibling, stay as they are."""
+    if not inputs.gpus:
+        return inputs
+    entries, archives = [], dict(inputs.archives)
+    for entry in inputs.entries:
+        archive = inputs.archives[entry.name]
+        if entry.archive == f"{entry.name}.mar" and runs_on_cpu(archive):
+            sibling = next((p for p in sorted(archive.parent.glob(f"{entry.name}.*.mar")) if not runs_on_cpu(p)), None)
+            if sibling is not None:
+                entry = dataclasses.replace(entry, mar_name=sibling.name)
+                archives[entry.name] = sibling
+        entries.append(entry)
+    return dataclasses.replace(inputs, entries=tuple(entries), archives=archives)
 
 
 def entries(inputs: Inputs) -> tuple[ModelEntry, ...]:

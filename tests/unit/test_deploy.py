@@ -283,3 +283,31 @@ def test_a_gpu_deployment_writes_the_gpu_plan(tmp_path: Path, cpu_only: bool) ->
     generate(repo, cpu)
     models = _models(cpu / "image" / "config.properties")
     assert [(m["minWorkers"], m["threads"], m["batchSize"]) for m in models.values()] == [(2, 2, 6), (2, 2, 3)]
+
+
+def test_a_gpu_replica_serves_a_cpu_pinned_default_from_its_gpu_capable_sibling(tmp_path: Path) -> None:
+    """An AOTInductor default is compiled for the CPU (deviceType: cpu): a GPU replica loads the
+    model's TorchScript archive instead, copies it into the image and plans it for the GPU; a CPU
+    deployment keeps the default archive."""
+    import zipfile
+
+    repo = tmp_path / "repo"
+    (repo / "model_store").mkdir(parents=True)
+    pinned = {"efficientnet_lite0.mar": True, "efficientnet_lite0.onnx.mar": True,
+              "efficientnet_lite0.torchscript.mar": False, "minilm.mar": False}
+    for file, cpu in pinned.items():
+        with zipfile.ZipFile(repo / "model_store" / file, "w") as mar:
+            mar.writestr("model-config.yaml", "deviceType: cpu\n" if cpu else "handler: {}\n")
+    shutil.copy(REPO_ROOT / "log4j2.xml", repo / "log4j2.xml")
+    shares = {"minilm": (0.7, 50.0, 2, 2, 6, 1), "efficientnet_lite0": (0.3, 100.0, 2, 2, 3, 2)}
+    write_mix_config(REPO_ROOT / "config.properties", repo / "config.properties", mix_record(shares))
+    out = tmp_path / "gpu"
+    cli.generate(repo, repo / "config.properties", out, PlanOptions(), gpus=1)
+    effnet = _models(out / "image" / "config.properties")["efficientnet_lite0"]
+    assert effnet["marName"] == "efficientnet_lite0.torchscript.mar"
+    assert effnet["minWorkers"] == 1
+    dockerfile = (out / "Dockerfile").read_text() + (out / "Dockerfile.dockerignore").read_text()
+    assert "model_store/efficientnet_lite0.torchscript.mar" in dockerfile
+    cpu = tmp_path / "cpu"
+    cli.generate(repo, repo / "config.properties", cpu, PlanOptions())
+    assert _models(cpu / "image" / "config.properties")["efficientnet_lite0"]["marName"] == "efficientnet_lite0.mar"
