@@ -13,6 +13,7 @@ import yaml
 
 from deployment.errors import DeployError
 from deployment.kuberay import rayservice
+from serving.ray import serve_config
 from serving.repo import REPO_ROOT
 
 
@@ -23,6 +24,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", type=Path, default=REPO_ROOT / "deploy" / "kuberay", help="output folder")
     p.add_argument("--worker-memory-mib", type=int, default=rayservice.DEFAULT_WORKER_MEMORY_MIB,
                    help="memory per worker pod (one replica slot)")
+    p.add_argument("--config", type=Path, default=REPO_ROOT / "config.properties",
+                   help="the config.properties whose max_request_size every app applies")
     p.add_argument("--check", action="store_true", help="only validate the folder's rayservice.yaml")
     args = p.parse_args(argv)
     try:
@@ -34,7 +37,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 raise DeployError(f"{path}: cannot read it ({exc}); write it with  make deploy ENGINE=ray") from exc
             print(rayservice.validate(doc, str(path)))
             return 0
-        size, files = rayservice.write(args.serve_config, args.out, args.worker_memory_mib)
+        size, files = rayservice.write(args.serve_config, args.out, args.worker_memory_mib,
+                                       serve_config.configured_max_request_size(args.config))
         print(f"[deploy] kuberay: {size.explain()}")
         for path in files:
             print(f"[deploy] wrote {path}")

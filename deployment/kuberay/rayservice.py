@@ -8,7 +8,9 @@ The head runs Serve's controller and HTTP proxy only (`num-cpus: 0`: no replica 
 
 serveConfigV2 is that Serve config with the image's paths: archives under MODEL_STORE, the unpack
 folder in /tmp, TorchServe's key file from a Secret mounted at KEY_DIR (the replicas check the
-inference key as TorchServe does), Serve's HTTP proxy on 0.0.0.0:8000 (the RayService's serve Service).
+inference key as TorchServe does), Serve's HTTP proxy on 0.0.0.0:8000 (the RayService's serve Service),
+and the ingress app `make serve ENGINE=ray` deploys too (KServe v1, Open Inference Protocol v2, OpenAI
+at /v1; serving/ray/routes.py), with TorchServe's request size limit on every app.
 
 Checked offline: the manifest against KubeRay's RayService CRD (vendored under deployment/crds/,
 made strict by deployment/crd.py, as the KServe ServingRuntime is), and serveConfigV2 against Ray
@@ -28,7 +30,7 @@ import yaml
 
 from deployment import crd
 from deployment.errors import DeployError, ValidationFailed
-from serving.ray import serve_config
+from serving.ray import routes_config, serve_config
 
 CRD = ("ray.io_rayservices.yaml", "v1")
 RAY_VERSION = "2.60.0"
@@ -70,20 +72,22 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def sizing(config: Mapping[str, Any], worker_memory_mib: int = DEFAULT_WORKER_MEMORY_MIB) -> Sizing:
-    deployments = [d for app in config["applications"] for d in app["deployments"]]
+    """Worker pods for the model apps' replicas (the ingress holds no CPU: it runs beside the head's proxy)."""
+    deployments = [d for app in routes_config.model_apps(config) for d in app["deployments"]]
     replicas = sum(int(d.get("num_replicas", 1)) for d in deployments)
     cpus = max(int((d.get("ray_actor_options") or {}).get("num_cpus", 1)) for d in deployments)
     return Sizing(replicas, cpus, worker_memory_mib)
 
 
-def image_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The Serve config with the image's paths and the pod's address."""
-    out = yaml.safe_load(yaml.safe_dump(dict(config)))
+def image_config(config: Mapping[str, Any],
+                 max_request_size: int = routes_config.DEFAULT_MAX_REQUEST_SIZE) -> dict[str, Any]:
+    """The Serve config with the image's paths, the pod's address and the ingress app."""
+    key_file = f"{KEY_DIR}/key_file.json"
+    out = routes_config.with_ingress(config, key_file, max_request_size)
     out["http_options"] = {"host": "0.0.0.0", "port": serve_config.SERVE_PORT}  # noqa: S104 - the pod's interface
-    for app in out["applications"]:
+    for app in routes_config.model_apps(out):
         args = app["args"]
-        args.update(archive=f"{MODEL_STORE}/{Path(args['archive']).name}", unpack_root="/tmp",
-                    key_file=f"{KEY_DIR}/key_file.json")
+        args.update(archive=f"{MODEL_STORE}/{Path(args['archive']).name}", unpack_root="/tmp", key_file=key_file)
     return out
 
 
@@ -105,7 +109,8 @@ def _pod(container: dict[str, Any]) -> dict[str, Any]:
                      "volumes": [{"name": "keys", "secret": {"secretName": KEY_SECRET, "defaultMode": 0o400}}]}}
 
 
-def manifest(config: Mapping[str, Any], size: Sizing) -> dict[str, Any]:
+def manifest(config: Mapping[str, Any], size: Sizing,
+             max_request_size: int = routes_config.DEFAULT_MAX_REQUEST_SIZE) -> dict[str, Any]:
     head_ports = [{"containerPort": 6379, "name": "gcs-server"}, {"containerPort": 8265, "name": "dashboard"},
                   {"containerPort": 10001, "name": "client"}, {"containerPort": serve_config.SERVE_PORT, "name": "serve"}]
     return {
@@ -113,7 +118,7 @@ def manifest(config: Mapping[str, Any], size: Sizing) -> dict[str, Any]:
         "kind": "RayService",
         "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}},
         "spec": {
-            "serveConfigV2": yaml.safe_dump(image_config(config), sort_keys=False),
+            "serveConfigV2": yaml.safe_dump(image_config(config, max_request_size), sort_keys=False),
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": False,
@@ -135,7 +140,7 @@ def manifest(config: Mapping[str, Any], size: Sizing) -> dict[str, Any]:
 
 
 def dockerfile(config: Mapping[str, Any]) -> str:
-    archives = sorted({Path(app["args"]["archive"]).name for app in config["applications"]})
+    archives = sorted({Path(app["args"]["archive"]).name for app in routes_config.model_apps(config)})
     copies = "".join(f"COPY --chown=ray model_store/{name} {MODEL_STORE}/{name}\n" for name in archives)
     return (f"# The image the RayService runs (deploy/kuberay/rayservice.yaml): Ray {RAY_VERSION}, the handlers'\n"
             "# dependencies, serving/ (the Serve app) and the archives. Build from the repository root:\n"
@@ -209,10 +214,11 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _str)
 
 
-def write(config_path: Path, out: Path, worker_memory_mib: int = DEFAULT_WORKER_MEMORY_MIB) -> tuple[Sizing, list[Path]]:
+def write(config_path: Path, out: Path, worker_memory_mib: int = DEFAULT_WORKER_MEMORY_MIB,
+          max_request_size: int = routes_config.DEFAULT_MAX_REQUEST_SIZE) -> tuple[Sizing, list[Path]]:
     config = read_config(config_path)
     size = sizing(config, worker_memory_mib)
-    doc = manifest(config, size)
+    doc = manifest(config, size, max_request_size)
     validate(doc)
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "rayservice.yaml", out / "serve.yaml", out / "Dockerfile"]

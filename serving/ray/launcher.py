@@ -45,9 +45,8 @@ from serving import processes
 from serving.client import Body, Client, Endpoints, Tokens
 from serving.errors import LauncherError, StartupError
 from serving.ray import nodes, routes_config, serve_config
-from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE
 from serving.repo import REPO_ROOT
-from serving.ts_config import ModelSettings, ServerConfig
+from serving.ts_config import ModelSettings
 
 MARKER_ENV = "RAY_LAUNCHER_RUN"
 POLL_S = 0.25
@@ -99,8 +98,8 @@ class RayServe:
         self.extra_env = dict(env or {})
         self.start_timeout_s = start_timeout_s
         # TorchServe's limit on a request body, from the repository's config.properties unless given.
-        self.max_request_size = max_request_size or int(
-            ServerConfig.load(REPO_ROOT / "config.properties").get("max_request_size", str(DEFAULT_MAX_REQUEST_SIZE)))
+        self.max_request_size = max_request_size or serve_config.configured_max_request_size(
+            REPO_ROOT / "config.properties")
         # RAY_LAUNCHER_KEEP=1 keeps every cluster's folder (logs, config) for a post-mortem.
         self.keep_workdir = bool(os.environ.get("RAY_LAUNCHER_KEEP")) if keep_workdir is None else keep_workdir
         self.workdir: Optional[Path] = None
@@ -193,11 +192,7 @@ class RayServe:
 
     def _with_routes(self, config: dict[str, Any], key_file: Path) -> dict[str, Any]:
         """Every model app given the size limit, and the ingress app that serves the other routes."""
-        for app in config["applications"]:
-            app["args"]["max_request_size"] = self.max_request_size
-        models = [app["args"]["model"] for app in config["applications"]]
-        config["applications"].append(routes_config.application(models, str(key_file), self.max_request_size))
-        return config
+        return routes_config.with_ingress(config, str(key_file), self.max_request_size)
 
     def _env(self, workdir: Path) -> dict[str, str]:
         env = dict(os.environ)

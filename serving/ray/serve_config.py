@@ -23,7 +23,8 @@ from typing import Any, Optional
 import yaml
 
 from serving.errors import ConfigError
-from serving.ts_config import ModelSettings
+from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE
+from serving.ts_config import ModelSettings, ServerConfig
 
 IMPORT_PATH = "serving.ray.app:build"
 DEPLOYMENT = "Archive"  # the one deployment of each app (serving/ray/app.py)
@@ -32,6 +33,12 @@ DEPLOYMENT = "Archive"  # the one deployment of each app (serving/ray/app.py)
 QUEUE_SIZE = 100
 SERVE_PORT = 8000  # Serve's default HTTP port (the RayService's serve Service targets it)
 PORTABLE_UNPACK_ROOT = "/tmp"
+
+
+def configured_max_request_size(config_properties: Path) -> int:
+    """TorchServe's limit on a request body as a config.properties sets it (its default otherwise)."""
+    value = ServerConfig.load(config_properties).get("max_request_size", "") or ""
+    return int(value) if value.strip() else DEFAULT_MAX_REQUEST_SIZE
 
 
 def archive_settings(mar: Path) -> ModelSettings:

@@ -13,7 +13,7 @@ import yaml
 from deployment.errors import DeployError, ValidationFailed
 from deployment.kuberay import rayservice
 from serving.errors import ConfigError
-from serving.ray import serve_config
+from serving.ray import routes_config, serve_config
 from serving.ts_config import ModelSettings
 
 
@@ -80,6 +80,27 @@ def test_the_rayservice_is_sized_by_the_plan_and_validates(tuned: Path, tmp_path
     assert served["applications"][0]["deployments"][0]["user_config"]["max_batch_size"] == 8
     assert "rayservice.yaml: valid" in rayservice.validate(doc)
     assert "COPY --chown=ray model_store/a.mar" in files[2].read_text()
+
+
+def test_the_rayservice_serves_the_ingress_routes_as_make_serve_does(tuned: Path, tmp_path: Path) -> None:
+    """KServe v1 / OIP v2 / OpenAI at /v1 on the cluster too: the ingress app beside the model apps, every
+    app with the size limit, the ingress on no worker pod of its own; once even if the file has one."""
+    size, files = rayservice.write(tuned, tmp_path / "kuberay", max_request_size=1234)
+    doc = yaml.safe_load(files[0].read_text())
+    served = yaml.safe_load(doc["spec"]["serveConfigV2"])
+    assert [app["name"] for app in served["applications"]] == ["a", "b", routes_config.INGRESS_APP]
+    ingress = served["applications"][-1]
+    assert (ingress["route_prefix"], ingress["import_path"]) == ("/", routes_config.IMPORT_PATH)
+    assert ingress["args"] == {"models": ["a", "b"], "key_file": f"{rayservice.KEY_DIR}/key_file.json",
+                               "max_request_size": 1234}
+    assert {app["args"]["max_request_size"] for app in served["applications"]} == {1234}
+    assert size.worker_pods == 3 and "rayservice.yaml: valid" in rayservice.validate(doc)
+    launched = routes_config.with_ingress(yaml.safe_load(tuned.read_text()), "/k.json", 99)  # the launcher's file
+    serve_config.write(tuned, launched)
+    again, files = rayservice.write(tuned, tmp_path / "again")
+    served = yaml.safe_load(files[1].read_text())
+    assert [app["name"] for app in served["applications"]] == ["a", "b", routes_config.INGRESS_APP]
+    assert again == size and "model_store/ingress" not in files[2].read_text()
 
 
 @pytest.mark.parametrize(("change", "message"), [
