@@ -69,7 +69,8 @@ class Run:
 
 def run(strategy: Strategy, measurer: Measurer, slo_ms: float, progress: Progress = print,
         budget: Optional[Budget] = None) -> Run:
-    """`budget`: a proposal that would not end within it is not measured, and the run stops there."""
+    """`budget`: a proposal that would not end within it is not measured, and the run stops there; a
+    candidate whose next point would not end within it keeps the points measured until then."""
     results: list[CandidateResult] = []
     reason = None
     while (proposal := strategy.propose(tuple(results))) is not None:
@@ -81,7 +82,7 @@ def run(strategy: Strategy, measurer: Measurer, slo_ms: float, progress: Progres
         n = len(results) + 1
         progress(f"{strategy.phase} {n}: {proposal.candidate.label} from {proposal.start_rps:.1f} req/s")
         result = evaluate(proposal.candidate, proposal.start_rps, slo_ms, measurer, strategy.phase, strategy.rates,
-                          proposal.prediction)
+                          proposal.prediction, budget)
         progress(f"{strategy.phase} {n}: {result.throughput_rps:.1f} req/s within the SLO")
         results.append(result)
     reason = reason or strategy.stop_reason

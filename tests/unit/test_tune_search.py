@@ -363,3 +363,33 @@ def test_a_time_budget_stops_the_search_before_a_candidate_that_does_not_fit():
     assert searched.stop_reason.startswith("time budget of 1.66667 min spent")
     assert budget.to_json()["left_out"], "the candidate not measured is named"
     assert strategy.result(searched).chosen is not None  # the best of those measured is still chosen
+
+
+def test_a_time_budget_stops_a_candidates_rate_search_between_its_points():
+    """A candidate does not run its whole rate search past the budget: the point that would not end
+    within it (as long as the candidate's longest so far) is not measured, and the candidate keeps the
+    points measured until then."""
+    from benchmarks.load.budget import Budget
+
+    now = [0.0]
+    server = SyntheticServer()
+
+    class Clocked:
+        def finish(self) -> None:
+            pass
+
+        def measure(self, phase, candidate, rate):
+            measured = server.measure(phase, candidate, rate)
+            now[0] += measured.seconds + measured.overhead_s
+            return measured
+
+    candidate = SPACE.candidates()[0]
+    whole = evaluate(candidate, 20.0, SLO_MS, SyntheticServer(), "p", RateSettings())
+    budget = Budget(60.0, clock=lambda: now[0])
+    cut = evaluate(candidate, 20.0, SLO_MS, Clocked(), "p", RateSettings(), budget=budget)
+    assert len(whole.points) > 3
+    assert len(cut.points) == 3 and now[0] <= 60.0, (len(cut.points), now[0])  # 25 s, then 10 s each
+    assert [p.rate_rps for p in cut.points] == [p.rate_rps for p in whole.points[:3]]
+    assert budget.to_json()["left_out"][0].startswith(f"p {candidate.label} at ")
+    best = max((p for p in cut.points if p.stable and p.passes(SLO_MS)), key=lambda p: p.rate_rps, default=None)
+    assert cut.best == best
