@@ -79,7 +79,8 @@ def tune_model(options: TuneOptions, progress: Progress,
             predicted = service.predict(defaults, slo)
             progress(f"TorchServe defaults: {defaults.label} (predicted {predicted.rate_rps:.1f} req/s)")
             first = Proposal(defaults, max(predicted.rate_rps, 1.0), predicted)
-            defaults_result = run(Fixed([first], "defaults", options.search.rates), measurer, slo, progress).results[0]
+            measured = run(Fixed([first], "defaults", options.search.rates), measurer, slo, progress, budget).results
+            defaults_result = measured[0] if measured else None
         guided = ModelGuided(space.candidates(), service, slo, options.search,
                              (defaults_result,) if defaults_result else (), progress)
         result = guided.result(run(guided, measurer, slo, progress, budget))
