@@ -148,6 +148,9 @@ class Handler(BatchLoop):
     def load_model(self, model_dir: Path):
         rt = self.settings.runtime
         weights = model_dir / self.settings.weights
+        if not weights.is_file():
+            raise ConfigError(f"weights file {weights} does not exist: the archive lacks its "
+                              f"{self.settings.weights}; rebuild it (make build)")
         if rt.graph == "torchscript":
             module = device.load_torchscript(str(weights), self.device)
             return torch.jit.optimize_for_inference(module) if rt.optimize_for_inference else module
