@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPORTS
+from serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT, REPORTS
 
 COMMAND = "python -m benchmarks"
 
@@ -121,10 +121,21 @@ def add(target, *names: str, **changes: dict) -> None:
 
 
 def command_line(verb: str, argv: Sequence[str]) -> str:
-    """The command as a user types it again (reports record it)."""
+    """The command as a user types it again (reports record it): a path inside the repository is
+    written relative to it, so a committed report names no folder of the machine that ran it."""
     import shlex
 
-    return shlex.join([".venv/bin/python", "-m", "benchmarks", verb, *argv])
+    return shlex.join([".venv/bin/python", "-m", "benchmarks", verb, *map(_portable, argv)])
+
+
+def _portable(arg: str) -> str:
+    option, eq, value = arg.partition("=")
+    if not (eq and arg.startswith("--")):
+        option, eq, value = "", "", arg
+    path = Path(value)
+    if path.is_absolute() and path.is_relative_to(REPO_ROOT):
+        value = str(path.relative_to(REPO_ROOT))
+    return option + eq + value
 
 
 def stamp() -> str:

@@ -134,3 +134,12 @@ def test_report_folders_and_tables_have_one_shape(tmp_path):
     folder = cli.report_folder(tmp_path, "tune", "minilm", when="20260101-000000")
     assert folder == tmp_path / "tune-minilm-20260101-000000"
     assert cli.table(("a", "b"), [(1, None), ("x", 2.5)]) == ["| a | b |", "|---|---|", "| 1 | |", "| x | 2.5 |"]
+
+
+def test_a_reports_command_names_paths_inside_the_repository_relative_to_it():
+    from benchmarks.load.cli import command_line
+    from serving.repo import REPO_ROOT
+
+    out = REPO_ROOT / "benchmarks" / "reports" / "x"
+    assert command_line("bench", ["--out", str(out), f"--model-store={REPO_ROOT / 'model_store'}", "/elsewhere/a"]) == (
+        ".venv/bin/python -m benchmarks bench --out benchmarks/reports/x --model-store=model_store /elsewhere/a")
