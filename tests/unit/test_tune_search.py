@@ -341,24 +341,29 @@ def test_verification_records_the_highest_passing_rate():
     assert not failed.passed and "FAILED" in failed.summary() and "121.0" in failed.summary()
 
 
+class Clocked(SyntheticServer):
+    """The synthetic server on a clock of its own: each measured point moves it by its seconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def measure(self, phase: str, candidate: Candidate, rate: float) -> Point:
+        measured = super().measure(phase, candidate, rate)
+        self.now += measured.seconds + measured.overhead_s
+        return measured
+
+
 def test_a_time_budget_stops_the_search_before_a_candidate_that_does_not_fit():
     from benchmarks.load.budget import Budget
 
-    now = [0.0]
-    server = SyntheticServer()
-    budget = Budget(100.0, clock=lambda: now[0])
+    clocked = Clocked()
+    budget = Budget(100.0, clock=clocked.clock)
     strategy = ModelGuided(SPACE.candidates(), FITTED, SLO_MS, SearchSettings(), (), progress=quiet)
-
-    class Clocked:  # each measured point moves the clock by its seconds
-        def finish(self) -> None:
-            pass
-
-        def measure(self, phase, candidate, rate):
-            measured = server.measure(phase, candidate, rate)
-            now[0] += measured.seconds + measured.overhead_s
-            return measured
-
-    searched = run(strategy, Clocked(), SLO_MS, quiet, budget)
+    searched = run(strategy, clocked, SLO_MS, quiet, budget)
     assert 1 <= len(searched.results) < len(search(SyntheticServer()).results)
     assert searched.stop_reason.startswith("time budget of 1.66667 min spent")
     assert budget.to_json()["left_out"], "the candidate not measured is named"
@@ -371,24 +376,13 @@ def test_a_time_budget_stops_a_candidates_rate_search_between_its_points():
     points measured until then."""
     from benchmarks.load.budget import Budget
 
-    now = [0.0]
-    server = SyntheticServer()
-
-    class Clocked:
-        def finish(self) -> None:
-            pass
-
-        def measure(self, phase, candidate, rate):
-            measured = server.measure(phase, candidate, rate)
-            now[0] += measured.seconds + measured.overhead_s
-            return measured
-
+    clocked = Clocked()
     candidate = SPACE.candidates()[0]
     whole = evaluate(candidate, 20.0, SLO_MS, SyntheticServer(), "p", RateSettings())
-    budget = Budget(60.0, clock=lambda: now[0])
-    cut = evaluate(candidate, 20.0, SLO_MS, Clocked(), "p", RateSettings(), budget=budget)
+    budget = Budget(60.0, clock=clocked.clock)
+    cut = evaluate(candidate, 20.0, SLO_MS, clocked, "p", RateSettings(), budget=budget)
     assert len(whole.points) > 3
-    assert len(cut.points) == 3 and now[0] <= 60.0, (len(cut.points), now[0])  # 25 s, then 10 s each
+    assert len(cut.points) == 3 and clocked.now <= 60.0, (len(cut.points), clocked.now)  # 25 s, then 10 s each
     assert [p.rate_rps for p in cut.points] == [p.rate_rps for p in whole.points[:3]]
     assert budget.to_json()["left_out"][0].startswith(f"p {candidate.label} at ")
     best = max((p for p in cut.points if p.stable and p.passes(SLO_MS)), key=lambda p: p.rate_rps, default=None)
