@@ -44,7 +44,7 @@ def evaluate(candidate: Candidate, start_rps: float, slo_ms: float, measurer: Me
         measured, best = found.points, found.best
     except BudgetSpent:
         measured = tuple(points)
-        best = max((p for p in points if p.stable and p.passes(slo_ms)), key=lambda p: p.rate_rps, default=None)
+        best = max((p for p in points if p.passes(slo_ms)), key=lambda p: p.rate_rps, default=None)
     finally:
         measurer.finish()
     return CandidateResult(candidate, phase, measured, best, start_rps, prediction)
