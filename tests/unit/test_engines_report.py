@@ -3,20 +3,22 @@
 from benchmarks.bench.engines import compare, markdown
 
 
-def row(engine: str, capacity: float, p50: float, pss: float, ready: float = 20.0) -> dict:
-    return {"model": "minilm", "engine": engine, "settings": {"batchSize": 4}, "from": "config.properties",
-            "ready_s": ready, "idle": {"pss_gib": pss, "rss_gib": 2 * pss, "processes": 3}, "p50_1_ms": p50,
-            "capacity_rps": capacity, "capacity_p99_ms": 40.0, "capacity_samples": 1200}
+def row(engine: str, capacity: float, p50: float, pss: float, ready: float = 20.0, model_pss: float = 0.5) -> dict:
+    return {"model": "minilm", "engine": engine, "from": "config.properties",
+            "settings": {"minWorkers": 1, "maxWorkers": 1, "batchSize": 4, "maxBatchDelay": 5, "threads": 2},
+            "ready_s": ready, "idle": {"pss_gib": pss, "model_pss_gib": model_pss, "rss_gib": 2 * pss, "processes": 3},
+            "p50_1_ms": p50, "capacity_rps": capacity, "capacity_p99_ms": 40.0 if capacity else None,
+            "capacity_samples": 1200 if capacity else None, "points": [{}, {}]}
 
 
 def test_ray_arms_are_judged_against_torchserve_of_the_same_model():
-    rows = [row("TorchServe", 100.0, 10.0, 1.0), row("Ray (proxy)", 50.0, 13.5, 2.0, ready=41.0),
-            row("Ray (HAProxy)", 95.0, 11.0, 1.4)]
+    rows = [row("TorchServe", 100.0, 10.0, 1.0), row("Ray (proxy)", 50.0, 13.5, 2.0, ready=41.0, model_pss=0.8),
+            row("Ray (HAProxy)", 95.0, 11.0, 3.0, model_pss=0.7)]
     proxy, haproxy = compare(rows)
-    assert (proxy["capacity_x"], proxy["p50_delta_ms"], proxy["pss_x"]) == (0.5, 3.5, 2.0)
+    assert (proxy["capacity_x"], proxy["p50_delta_ms"], proxy["pss_x"], proxy["model_pss_x"]) == (0.5, 3.5, 2.0, 1.6)
     assert proxy["met"] == {"capacity": False, "p50": False, "memory": False, "ready": False}
-    assert (haproxy["capacity_x"], haproxy["p50_delta_ms"], haproxy["pss_x"]) == (0.95, 1.0, 1.4)
-    assert all(haproxy["met"].values())
+    assert (haproxy["capacity_x"], haproxy["p50_delta_ms"], haproxy["pss_x"], haproxy["model_pss_x"]) == (0.95, 1.0, 3.0, 1.4)
+    assert all(haproxy["met"].values())  # the cluster's own processes (3x here) are shown, not judged
 
 
 def test_no_capacity_on_torchserve_gives_no_ratio_and_the_report_still_renders():
@@ -25,4 +27,6 @@ def test_no_capacity_on_torchserve_gives_no_ratio_and_the_report_still_renders()
     assert only["capacity_x"] is None and not only["met"]["capacity"]
     text = markdown({"when": "now", "command": "cmd", "cpus": 2, "clients": 8, "rows": rows,
                      "compare": [only], "generation": None})
-    assert "| minilm | Ray (proxy) | -x (missed) |" in text
+    assert "| minilm | Ray (proxy) | no TorchServe point (missed) |" in text
+    assert "| minilm | TorchServe | 1w, batch 4, 5 ms, 2 thr (config.properties) |" in text
+    assert "no point within the SLO (2 tried)" in text
