@@ -51,9 +51,10 @@ DEFAULT_SERVE_CONFIG = REPO_ROOT / "ray-serve.yaml"
 class RayMeasurer(ServedMeasurer):
     """The tuner's measurer with a Ray cluster per candidate instead of a TorchServe."""
 
-    def __init__(self, plan: ServePlan, progress: Progress = print) -> None:
+    def __init__(self, plan: ServePlan, progress: Progress = print, haproxy: bool = False) -> None:
         # --wait-quiet watches TorchServe's processes: not these
         super().__init__(replace(plan, wait_quiet_s=0.0), progress)
+        self.haproxy = haproxy
         self._folder = Path(tempfile.mkdtemp(prefix="tune-ray-"))
 
     def __exit__(self, *exc: object) -> None:
@@ -71,7 +72,7 @@ class RayMeasurer(ServedMeasurer):
         archive = plan.model_store / (plan.archive or f"{plan.model}.mar")
         app = serve_config.AppPlan(plan.model, archive, candidate.settings(plan.response_timeout_s))
         config = serve_config.write(self._folder / "serve.yaml", serve_config.portable((app,)))
-        server = RayServe(plan.model_store, serve_file=config)
+        server = RayServe(plan.model_store, serve_file=config, haproxy=self.haproxy)
         server.__enter__()  # left in finish(): SIGTERM becomes a clean stop meanwhile
         self._server, self._candidate = server, candidate
         self.conditions.append({"candidate": candidate.key, **state, "ready_s": server.started_s})
@@ -115,11 +116,11 @@ def write_plan(path: Path, model: str, archive: Path, settings: ModelSettings) -
     return serve_config.write(path, config)
 
 
-def verify_file(path: Path, model_store: Path, progress: Progress) -> dict:
+def verify_file(path: Path, model_store: Path, progress: Progress, haproxy: bool = False) -> dict:
     """Serve the file itself on a fresh cluster; one request per model in it must get 200."""
     answers = {}
     began = time.perf_counter()
-    with RayServe(model_store, serve_file=path) as cluster:
+    with RayServe(model_store, serve_file=path, haproxy=haproxy) as cluster:
         for app in cluster.apps:
             payload = loadgen.payloads_for(app.model)[0]
             answer = cluster.predict(app.model, payload.body, payload.content_type)
@@ -144,6 +145,8 @@ def main(argv: Sequence[str]) -> int:
     p.prog = "python -m benchmarks tune-ray"
     p.add_argument("--serve-config", type=Path, default=DEFAULT_SERVE_CONFIG,
                    help="Ray Serve's config file to write (default: ./ray-serve.yaml)")
+    p.add_argument("--haproxy", action="store_true",
+                   help="measure behind Serve's HAProxy ingress (python -m serving.ray start --haproxy) instead of its Python proxy")
     args = p.parse_args(argv)
     if args.mix or args.resume:
         raise TuneError("tune-ray tunes one model at a time from the start: --mix and --resume are TorchServe's")
@@ -157,7 +160,7 @@ def main(argv: Sequence[str]) -> int:
 
     def serve_with(plan: ServePlan, progress: Progress) -> RayMeasurer:
         plans.append(plan)
-        return RayMeasurer(plan, progress)
+        return RayMeasurer(plan, progress, haproxy=args.haproxy)
 
     for options in command.runs_from(args, argv):
         progress = command.progress_for(options.model)
@@ -170,14 +173,15 @@ def main(argv: Sequence[str]) -> int:
             archive = options.model_store / (plans[-1].archive or f"{options.model}.mar")
             path = write_plan(args.serve_config, options.model, archive, chosen.settings())
             progress(f"wrote {chosen.label} into {shown(path)}")
-            verified = verify_file(path, options.model_store, progress)
+            verified = verify_file(path, options.model_store, progress, haproxy=args.haproxy)
         except KeyboardInterrupt:
             return 130
         except (LauncherError, BenchmarkError) as exc:  # the launcher's, the tuner's and the config's errors
             print(f"error [{options.model}]: {exc}", file=sys.stderr)
             status = 2
             continue
-        record = {"chosen": chosen.to_json(), "written": shown(path), "verification": verified}
+        record = {"chosen": chosen.to_json(), "written": shown(path), "verification": verified,
+                  "ingress": "HAProxy" if args.haproxy else "proxy"}
         (options.folder / "ray.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         progress(f"verification {'passed' if verified['passed'] else 'FAILED'}: {shown(options.folder)}/ray.json")
         status = max(status, 0 if verified["passed"] else 1)

@@ -10,14 +10,16 @@ same batch loop TorchServe's path runs answers them, and `reply` hands back one 
 
 Metrics go to Ray's own metrics (`ray.serve.metrics`): every node's agent exports them for Prometheus
 with Serve's application, deployment and replica tags beside ours, so they add up over replicas and
-nodes without a scrape per replica. The replica hands the sink Ray's metrics module: nothing here
-imports Ray.
+nodes without a scrape per replica. Ray's exporter lowercases a name, prefixes `ray_` and ends a
+counter in `_total`, so a name is given to Ray in snake case (HandlerBatches: ray_handler_batches_total).
+The replica hands the sink Ray's metrics module: nothing here imports Ray.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -68,6 +70,12 @@ def open_http(headers: Mapping[Any, Any], body: bytes, route: str, url_path: str
     return dataclasses.replace(record, route=route, url_path=url_path, rest=True)
 
 
+def ray_name(name: str) -> str:
+    """A sink name as Ray is given it: snake case (HandlerPreprocessMs: handler_preprocess_ms;
+    GPUMemoryPeakMiB: gpu_memory_peak_mib)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name.replace("MiB", "Mib")).lower()
+
+
 class RayMetrics:
     """ray.serve.metrics as a MetricsSink: one Ray metric per name, created on first use with the
     dimension names it is first given as its tag keys."""
@@ -81,7 +89,8 @@ class RayMetrics:
         metric = self._metrics.get(name)
         if metric is None:
             description = f"{name} ({unit})" if unit else name
-            metric = getattr(self.ray_metrics, kind)(name, description=description, tag_keys=tuple(k for k, _ in dims))
+            metric = getattr(self.ray_metrics, kind)(ray_name(name), description=description,
+                                                     tag_keys=tuple(k for k, _ in dims))
             self._metrics[name] = metric
         return metric
 

@@ -113,11 +113,13 @@ class GenerationDeployment:
     def __init__(self, model: str, archive: str, unpack_root: str, key_file: str = "",
                  max_request_size: int = DEFAULT_MAX_REQUEST_SIZE) -> None:
         self.model = model
+        self.version = ""
         self.prefix = f"/predictions/{model}"
         self.key = inference_key(key_file)
         self.max_request_size = int(max_request_size)
         folder = Path(tempfile.mkdtemp(prefix=f"{model}-", dir=unpack_root))
         unpacked = Archive.unpack(Path(archive), folder)
+        self.version = unpacked.version
         sys.path.insert(0, str(folder))  # the archive's handler package, not the repository's
         try:
             engines = importlib.import_module("handlers.engines")
@@ -137,6 +139,13 @@ class GenerationDeployment:
     def generates(self) -> bool:
         """What the ingress asks to find the LMs among the served models (serving.ray.generation.openai)."""
         return True
+
+    def metadata(self) -> dict[str, Any]:
+        """The Open Inference Protocol's model metadata, what the ingress's readiness routes (/ping,
+        KServe v1 and v2 readiness) ask every model: a prompt in, text out."""
+        return {"name": self.model, "versions": [self.version], "platform": "causal_lm",
+                "inputs": [{"name": "input-0", "datatype": "BYTES", "shape": [-1]}],
+                "outputs": [{"name": "output-0", "datatype": "BYTES", "shape": [-1]}]}
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Serve's user_config: the batching keys the launcher writes for every app do not apply to
@@ -229,6 +238,15 @@ async def openai(request: HttpRequest, models: tuple[str, ...], handle_of: Calla
                                         "type": "invalid_request_error", "param": "model",
                                         "code": "model_not_found"}}, 404)
     return await respond(handle_of(model).options(stream=True).answer.remote(headers, body, path))
+
+
+async def model_card(model: str, handle: Any, headers: dict[str, str]) -> dict:
+    """OpenAI's model object (`id`, `object`, `created`, `owned_by`) for an LM this ingress serves, as
+    its app's `/v1/models` lists it (under the name OpenAI's clients use); {} for a model that does not generate."""
+    if not await _generates(model, handle):
+        return {}
+    answer = await respond(handle.options(stream=True).answer.remote(headers, b"", "v1/models"))
+    return next(iter(json.loads(answer.body)["data"]), {})  # an LM's app lists itself alone
 
 
 _GENERATES: dict[str, bool] = {}  # per model app, in the ingress's process

@@ -3,7 +3,8 @@ own app takes that one: Serve routes by the longest prefix, so the main route ha
 
     GET  /ping                                   {"status": "Healthy"} (TorchServe's)
     POST /v1/models/<m>:predict                  KServe v1
-    GET  /v1/models/<m>                          KServe v1 readiness: {"name", "ready"}
+    GET  /v1/models/<m>                          KServe v1 readiness: {"name", "ready"}; for an LM also
+                                                 OpenAI's model object (`id`, `object`, `created`, `owned_by`)
     GET  /v2                                     Open Inference Protocol v2: server metadata
     GET  /v2/health/live, /v2/health/ready       server liveness, readiness (every model answers)
     GET  /v2/models/<m>[/versions/<v>]           model metadata
@@ -99,9 +100,10 @@ class Ingress:
             return http(await handle.infer.remote(dict(request.headers.items()), body))
         if tail == "/ready":
             return Response(status_code=200 if await self._ready(model) else 503)
-        if v1:
+        if v1:  # one path, two protocols: KServe's fields and, for an LM, OpenAI's beside them
             ready = await self._ready(model)
-            return json_response({"name": model, "ready": ready}, 200 if ready else 503)
+            card = await generation.model_card(model, handle, dict(request.headers.items())) if ready else {}
+            return json_response({"name": model, "ready": ready, **card}, 200 if ready else 503)
         return json_response(await handle.metadata.remote(), 200)
 
 

@@ -1,6 +1,7 @@
 """The causal LM on Ray Serve (serving/ray/generation.py): the async engine loop in a replica answers
 greedy prompts as the handler does in-process, on /predictions and through the `openai` client at a
-plain /v1 (stream and not), short generations end, and a bad field is that request's own 400."""
+plain /v1 (stream and not), short generations end, a bad field is that request's own 400, and the LM is ready on every readiness
+route (/ping, OIP v2, KServe v1, which is also OpenAI's model retrieval)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
+import requests
 
 from handlers.handler import Handler
 from serving.fake_context import FakeContext, extract
@@ -69,8 +71,20 @@ def test_a_greedy_prompt_answers_as_in_process_whole_and_streamed(ray_lm, in_pro
     assert lines[-1]["generated_tokens"] == in_process["generated_tokens"]
 
 
+def test_the_lm_is_ready_on_every_readiness_route(ray_lm):
+    auth = {"Authorization": f"Bearer {ray_lm.tokens.inference}"}
+    ping = requests.get(f"{ray_lm.inference_url}/ping", timeout=TIMEOUT_S)
+    assert (ping.status_code, ping.json()) == (200, {"status": "Healthy"}), ping.text
+    for path in ("/v2/health/ready", f"/v2/models/{LM}/ready"):
+        assert requests.get(f"{ray_lm.inference_url}{path}", headers=auth, timeout=TIMEOUT_S).status_code == 200, path
+    meta = requests.get(f"{ray_lm.inference_url}/v2/models/{LM}", headers=auth, timeout=TIMEOUT_S)
+    assert meta.status_code == 200 and meta.json()["name"] == LM, meta.text
+
+
 def test_the_openai_client_at_a_plain_v1_stream_and_not(client, in_process):
     assert LM in [m.id for m in client.models.list().data]
+    card = client.models.retrieve(LM)  # the same path is KServe v1's readiness: both protocols' fields
+    assert (card.id, card.object, card.model_extra["ready"]) == (LM, "model", True)
     whole = client.completions.create(model=LM, prompt=PROMPT, max_tokens=8, temperature=0)
     assert whole.choices[0].text == in_process["text"]
     assert whole.usage.completion_tokens == in_process["generated_tokens"]

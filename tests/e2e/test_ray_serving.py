@@ -2,11 +2,12 @@
 examples answered as its archive answers in-process through TorchServe's adapter; a bad request's own
 4xx beside its batch-mates' 200s; KServe v1 and the whole Open Inference Protocol v2 through NVIDIA's
 tritonclient (health, readiness, metadata, inference with binary tensors); TorchServe's key check and
-size limit; a stop that leaves no process."""
+size limit; the handler's metrics in Ray's Prometheus export; a stop that leaves no process."""
 
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as triton
+from prometheus_client.parser import text_string_to_metric_families
 
 from serving.ray.launcher import RayServe
 from serving.repo import REPO_ROOT
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.e2e
 TENSOR_MODEL, TEXT_MODEL = "digits", "minilm"
 BATCH = ModelSettings(batch_size=4, max_batch_delay_ms=300)  # digits: room for four requests in one batch
 LIMIT = 4 * 1024 * 1024  # max_request_size of this cluster
+METRICS_WAIT_S = 40.0  # Ray's agent exports every few seconds
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The new movie is awesome."]
 
 
@@ -130,3 +133,22 @@ def test_openai_embeddings_under_predictions_as_on_torchserve(ray_serve):
     alone = answered(ray_serve.predict(TEXT_MODEL, {"text": SENTENCES[0]}), TEXT_MODEL)
     assert len(data) == 2 and reply.json()["usage"]["prompt_tokens"] > 0
     assert_same_answer(TEXT_MODEL, {"embedding": data[0]["embedding"]}, alone, "OpenAI embeddings")
+
+
+def test_the_handlers_metrics_reach_rays_prometheus_export(ray_serve):
+    """The handler's counters, recorded in each replica, read at the head's metrics export port (Ray's
+    agent exports them every few seconds): batches and items per model, beside Serve's own series."""
+    for _ in range(3):
+        answered(ray_serve.predict(TENSOR_MODEL, digits_body(), "application/json"), TENSOR_MODEL)
+    answered(ray_serve.predict(TEXT_MODEL, {"text": SENTENCES[0]}), TEXT_MODEL)
+    deadline, seen = time.monotonic() + METRICS_WAIT_S, {}
+    while time.monotonic() < deadline:
+        seen = {(s.name, s.labels.get("ModelName")): s.value
+                for family in text_string_to_metric_families(ray_serve.client.metrics_text()) for s in family.samples
+                if s.name.startswith("ray_handler_")}
+        if seen.get(("ray_handler_items_total", TENSOR_MODEL), 0) >= 3:
+            break
+        time.sleep(2.0)
+    assert seen.get(("ray_handler_items_total", TENSOR_MODEL), 0) >= 3, sorted(seen)
+    assert seen.get(("ray_handler_batches_total", TENSOR_MODEL), 0) >= 1, sorted(seen)
+    assert seen.get(("ray_handler_inference_ms_total", TEXT_MODEL), 0) > 0, sorted(seen)

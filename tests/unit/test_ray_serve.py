@@ -159,3 +159,31 @@ def test_node_commands_use_their_own_loopback_ports(tmp_path):
     assert f"--address=127.0.0.1:{head.ports['port']}" in wline and "--head" not in wline
     assert not any(arg.startswith(("--port=", "--temp-dir=")) for arg in wline)
     assert len(set(head.ports.values())) == len(head.ports)
+
+
+def test_ray_metrics_get_snake_case_names_as_rays_exporter_shows_them():
+    """Ray's exporter lowercases a name (HandlerBatches would read ray_handlerbatches_total): the sink
+    gives Ray snake case, one metric per name, the dimensions' names as its tag keys."""
+    from handlers.engines.ray import RayMetrics
+
+    made = []
+
+    class Metric:
+        def __init__(self, name, description, tag_keys):
+            self.name, self.tag_keys, self.values = name, tag_keys, []
+            made.append(self)
+
+        def inc(self, value, tags):
+            self.values.append((value, tags))
+
+        set = inc
+
+    sink = RayMetrics(type("RayServeMetrics", (), {"Counter": Metric, "Gauge": Metric}))
+    dims = (("ModelName", "digits"), ("Level", "Model"))
+    sink.count("HandlerBatches", 1, dims)
+    sink.count("HandlerBatches", 2, dims)
+    sink.time("HandlerPreprocessMs", 1.5, dims)
+    sink.gauge("GPUMemoryPeakMiB", 10.0, "MB", dims)
+    assert [m.name for m in made] == ["handler_batches", "handler_preprocess_ms", "gpu_memory_peak_mib"]
+    assert made[0].tag_keys == ("ModelName", "Level")
+    assert made[0].values == [(1, dict(dims)), (2, dict(dims))]
