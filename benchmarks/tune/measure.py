@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional, TypeVar
 
 from benchmarks.load import loadgen, resources, runner, server_metrics, stats
+from benchmarks.load.budget import Budget
 from benchmarks.load.capacity import Point, kept_up
 from benchmarks.load.stats import StabilityRule
 from benchmarks.tune.fit import NOISY_OTHERS_PCT
@@ -97,6 +98,7 @@ class ServedMeasurer:
         self._pending_s = 0.0  # stop time of the last server, charged to the next start
         self.worker_threads: dict[str, tuple] = {}
         self.conditions: list[dict] = []  # the machine at every server start (measurement hygiene)
+        self.budget: Optional[Budget] = None  # the run's time budget: re-measuring near the SLO stays within it
 
     def __enter__(self) -> ServedMeasurer:
         return self
@@ -162,7 +164,7 @@ class ServedMeasurer:
             resources.wait_for_quiet(self.plan.wait_quiet_s, self.progress, ours=[self._server.java_pid or -1])
             again = self._measure(candidate, rate, overhead)
             point = replace(again, seconds=round(again.seconds + point.seconds, 2))
-        if self.plan.remeasure_near_slo and self._near_slo(point):
+        if self.plan.remeasure_near_slo and self._near_slo(point) and self._may_remeasure(point, candidate, rate):
             # Passes and misses alike: measuring again only the points that just failed would give
             # every near miss a second chance and no near pass a second look, biasing the search up.
             self.progress(f"  the p99 lies within {NOISE_BAND:g}x of the SLO ({self.plan.slo_ms:g} ms), either side: "
@@ -172,6 +174,14 @@ class ServedMeasurer:
             self.progress(f"  the median: {stats.tail_text(point.latency)} "
                           f"({'passes' if point.passes(self.plan.slo_ms) else 'fails'})")
         return point
+
+    def _may_remeasure(self, point: Point, candidate: Candidate, rate: float) -> bool:
+        """Whether the budget (if any) leaves the time to measure a point again REMEASUREMENTS times."""
+        what = f"re-measuring {candidate.label} at {rate:.1f} req/s near the SLO"
+        if self.budget is None or self.budget.allows(what, REMEASUREMENTS * point.seconds):
+            return True
+        self.progress("  the p99 lies near the SLO, but the time budget leaves no room to measure it again: it stands")
+        return False
 
     def _near_slo(self, point: Point) -> bool:
         """A p99 within NOISE_BAND of the SLO, either side, with every request answered at the

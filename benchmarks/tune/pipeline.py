@@ -74,6 +74,7 @@ def tune_model(options: TuneOptions, progress: Progress,
                       archive=archive.name, device=options.device)
     defaults_result = None
     with serve_with(serve, progress) as live:
+        live.budget = budget
         measurer = checkpoint.replaying(live)
         if steps.defaults:
             predicted = service.predict(defaults, slo)

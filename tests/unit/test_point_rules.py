@@ -168,6 +168,21 @@ def test_a_p99_near_the_slo_is_measured_again_and_the_median_decides(p99s, final
     assert sorted(decided.remeasured_p99_ms) == sorted(p99s)
 
 
+def test_a_near_point_is_not_measured_again_past_the_time_budget():
+    from benchmarks.load.budget import Budget
+
+    now = [0.0]
+    measurer, calls = _scripted((45.0, 55.0, 52.0))
+    measurer.budget = Budget(20.0, clock=lambda: now[0])  # two more points of 8 s: 16 s
+    assert measurer.measure("search", Candidate(2, 1, 4, 2), 100.0).p99_ms == 52.0 and len(calls) == 3
+    measurer, calls = _scripted((45.0, 55.0, 52.0))
+    measurer.budget = Budget(20.0, clock=lambda: now[0])
+    now[0] = 5.0  # 15 s left
+    decided = measurer.measure("search", Candidate(2, 1, 4, 2), 100.0)
+    assert (decided.p99_ms, len(calls)) == (45.0, 1)
+    assert measurer.budget.to_json()["left_out"][0].startswith("re-measuring ")
+
+
 @pytest.mark.parametrize("p99", [30.0, 120.0])
 def test_a_p99_far_from_the_slo_is_measured_once(p99):
     measurer, calls = _scripted((p99,))
