@@ -201,6 +201,10 @@ class RayServe:
             PYTHONPATH=os.pathsep.join(path),  # the replicas import serving.ray.app
             TMPDIR=str(workdir / "tmp"),
             RAY_USAGE_STATS_ENABLED="0",
+            # Ray starts its workers at nice 15 (its raylet's worker_niceness) so its daemons stay
+            # responsive; the replicas are the servers here and run at the niceness of the caller,
+            # as TorchServe's workers do. A caller's own RAY_worker_niceness wins.
+            RAY_worker_niceness=env.get("RAY_worker_niceness", "0"),
             **{MARKER_ENV: str(workdir)},
         )
         if self.haproxy:
