@@ -176,7 +176,8 @@ def capacity_cell(row: dict) -> str:
 
 
 def ratio(x: Optional[float]) -> str:
-    return "no TorchServe point" if x is None else f"{x}x"
+    """A capacity ratio; 0: Ray held the SLO at none of the rates its budget measured."""
+    return "no TorchServe point" if x is None else "none within the SLO" if x == 0 else f"{x}x"
 
 
 def markdown(report: dict) -> str:

@@ -56,7 +56,8 @@ def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--ray-threads", type=int, default=0, help="each replica's threads (0: the cores / replicas)")
     p.add_argument("--ts-layouts", type=_layouts, default=((1, 2), (2, 1)),
                    help="TorchServe's async-mode layouts, workers x threads, comma-separated")
-    p.add_argument("--haproxy", action="store_true", help="Ray with Serve's HAProxy ingress instead of its proxy")
+    p.add_argument("--proxy", dest="haproxy", action="store_false",
+                   help="Ray with Serve's Python proxy instead of its HAProxy ingress (the default)")
     return p.parse_args(argv)
 
 

@@ -152,8 +152,8 @@ def _victim(ray_serve: RayServe, where: Placement, model: str) -> tuple[str, int
 def run(plan: NodeLossPlan, model_store: Path, progress: Progress = say) -> NodeLossResult:
     with tempfile.TemporaryDirectory(prefix="node-loss-") as folder:
         config = serve_file(model_store, plan, Path(folder))
-        with RayServe(model_store, serve_file=config, worker_nodes=plan.worker_nodes,
-                      num_cpus=plan.cpus_per_node) as ray_serve:
+        with RayServe(model_store, serve_file=config, worker_nodes=plan.worker_nodes,  # as measured: Serve's proxy
+                      num_cpus=plan.cpus_per_node, haproxy=False) as ray_serve:
             gcs = gcs_address(ray_serve)
             before = placement(gcs, os.environ)
             replica_nodes = tuple(before.replica_nodes(plan.model))

@@ -109,9 +109,10 @@ def budget_s(args: argparse.Namespace) -> Optional[float]:
     return 60.0 * args.budget_min if args.budget_min else None
 
 
-def runs_from(args: argparse.Namespace, argv: Sequence[str]) -> list[TuneOptions]:
-    """One TuneOptions per model to tune: from the command line, or from a checkpoint to resume."""
-    command = cli.command_line("tune", argv)
+def runs_from(args: argparse.Namespace, argv: Sequence[str], verb: str = "tune") -> list[TuneOptions]:
+    """One TuneOptions per model to tune: from the command line, or from a checkpoint to resume;
+    `verb`: the command the reports record (tune, tune-ray)."""
+    command = cli.command_line(verb, argv)
     if args.resume:
         folder = Path(args.resume).resolve()
         path = folder / "checkpoint.json"

@@ -51,7 +51,7 @@ DEFAULT_SERVE_CONFIG = REPO_ROOT / "ray-serve.yaml"
 class RayMeasurer(ServedMeasurer):
     """The tuner's measurer with a Ray cluster per candidate instead of a TorchServe."""
 
-    def __init__(self, plan: ServePlan, progress: Progress = print, haproxy: bool = False) -> None:
+    def __init__(self, plan: ServePlan, progress: Progress = print, haproxy: bool = True) -> None:
         # --wait-quiet watches TorchServe's processes: not these
         super().__init__(replace(plan, wait_quiet_s=0.0), progress)
         self.haproxy = haproxy
@@ -116,7 +116,7 @@ def write_plan(path: Path, model: str, archive: Path, settings: ModelSettings) -
     return serve_config.write(path, config)
 
 
-def verify_file(path: Path, model_store: Path, progress: Progress, haproxy: bool = False) -> dict:
+def verify_file(path: Path, model_store: Path, progress: Progress, haproxy: bool = True) -> dict:
     """Serve the file itself on a fresh cluster; one request per model in it must get 200."""
     answers = {}
     began = time.perf_counter()
@@ -145,8 +145,8 @@ def main(argv: Sequence[str]) -> int:
     p.prog = "python -m benchmarks tune-ray"
     p.add_argument("--serve-config", type=Path, default=DEFAULT_SERVE_CONFIG,
                    help="Ray Serve's config file to write (default: ./ray-serve.yaml)")
-    p.add_argument("--haproxy", action="store_true",
-                   help="measure behind Serve's HAProxy ingress (python -m serving.ray start --haproxy) instead of its Python proxy")
+    p.add_argument("--proxy", dest="haproxy", action="store_false",
+                   help="measure behind Serve's Python proxy instead of its HAProxy ingress (what make serve ENGINE=ray runs)")
     args = p.parse_args(argv)
     if args.mix or args.resume:
         raise TuneError("tune-ray tunes one model at a time from the start: --mix and --resume are TorchServe's")
@@ -162,7 +162,7 @@ def main(argv: Sequence[str]) -> int:
         plans.append(plan)
         return RayMeasurer(plan, progress, haproxy=args.haproxy)
 
-    for options in command.runs_from(args, argv):
+    for options in command.runs_from(args, argv, "tune-ray"):
         progress = command.progress_for(options.model)
         try:
             tune_model(options, progress, serve_with=serve_with)

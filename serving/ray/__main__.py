@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving.ray", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("start", "stop"))
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the config.properties to serve")
-    parser.add_argument("--haproxy", action="store_true", help="Serve's HAProxy ingress instead of its Python proxy")
+    parser.add_argument("--proxy", dest="haproxy", action="store_false",
+                        help="Serve's Python proxy instead of its HAProxy ingress (the default)")
     args = parser.parse_args(argv)
     try:
         return start(args.config, args.haproxy) if args.action == "start" else stop()

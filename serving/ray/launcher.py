@@ -13,9 +13,9 @@ What it does, and why:
 - One head node (`ray start --head --block`, dashboard off unless asked) and `worker_nodes` more
   nodes joining it, each in a session of its own on free loopback ports (serving/ray/nodes.py).
 - The apps (serving/ray/serve_config.py, serving/ray/app.py) deployed by a driver process that
-  waits on Serve's status (serving/ray/deploy.py); Serve's HTTP proxy on a free loopback port.
-  `haproxy=True` sets RAY_SERVE_ENABLE_HA_PROXY=1: Serve's HAProxy ingress takes that port, its
-  files and admin ports moved into the cluster's folder and onto free ports.
+  waits on Serve's status (serving/ray/deploy.py); the ingress on a free loopback port: Serve's
+  HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY=1, its files and admin ports moved into the cluster's
+  folder and onto free ports), or with `haproxy=False` Serve's Python proxy.
 - Ready when every app runs and the proxy answers /-/healthz; a failure names the log to read.
 - Stop always (also on Ctrl-C and SIGTERM): each node's process group, then every process carrying
   the cluster's marker variable (workers, proxies, HAProxy), SIGTERM then SIGKILL; then the folder.
@@ -77,7 +77,7 @@ class RayServe:
         serve_file: Optional[Path] = None,  # a Serve config file to deploy (make tune ENGINE=ray's) instead
         worker_nodes: int = 0,
         num_cpus: Optional[int] = None,
-        haproxy: bool = False,
+        haproxy: bool = True,
         dashboard: bool = False,
         env: Mapping[str, str] | None = None,
         start_timeout_s: float = 180.0,

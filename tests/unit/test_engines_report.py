@@ -30,3 +30,7 @@ def test_no_capacity_on_torchserve_gives_no_ratio_and_the_report_still_renders()
     assert "| minilm | Ray (proxy) | no TorchServe point (missed) |" in text
     assert "| minilm | TorchServe | 1w, batch 4, 5 ms, 2 thr (config.properties) |" in text
     assert "no point within the SLO (2 tried)" in text
+    rows = [row("TorchServe", 30.0, 10.0, 1.0), row("Ray (HAProxy)", 0.0, 12.0, 1.0)]
+    text = markdown({"when": "now", "command": "cmd", "cpus": 2, "clients": 8, "rows": rows,
+                     "compare": compare(rows), "generation": None})
+    assert "| minilm | Ray (HAProxy) | none within the SLO (missed) |" in text
