@@ -137,7 +137,8 @@ def arm(name: str, model: str, args, ts_config: ServerConfig, ray_tuned: dict, s
         ready_s = round(time.monotonic() - began, 1)
         row = measure(server, model, settings, slo_ms, args)
     source = "config.properties" if settings is ts else shown(args.serve_config)
-    return {"model": model, "engine": name, "settings": settings.to_json(), "from": source, "ready_s": ready_s, **row}
+    return {"model": model, "engine": name, "slo_ms": slo_ms, "settings": settings.to_json(), "from": source,
+            "ready_s": ready_s, **row}
 
 
 def compare(rows: list[dict]) -> list[dict]:
@@ -187,7 +188,8 @@ def markdown(report: dict) -> str:
     lines += cli.table(
         ("model", "engine", "values (from)", "ready s", "idle PSS all / model, RSS GiB (procs)", "p50 1 client ms",
          "capacity req/s (p99 ms, n)"),
-        [(r["model"], r["engine"], f"{brief(r['settings'])} ({r['from']})", r["ready_s"],
+        [(f"{r['model']} (SLO {r['slo_ms']:g} ms)" if "slo_ms" in r else r["model"], r["engine"],
+          f"{brief(r['settings'])} ({r['from']})", r["ready_s"],
           f"{r['idle']['pss_gib']} / {r['idle'].get('model_pss_gib')}, {r['idle']['rss_gib']} ({r['idle']['processes']})", r["p50_1_ms"] and
           round(r["p50_1_ms"], 2), capacity_cell(r))
          for r in rows])
