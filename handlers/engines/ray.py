@@ -43,13 +43,14 @@ class RayContext:
 
 def decode_body(body: bytes, media_type: str) -> Any:
     """A body as TorchServe's worker passes it on (so both engines give a family the same value):
-    `application/json` parsed, `text/*` as text, else bytes; what does not decode stays bytes."""
+    `application/json` parsed, `text/*` as text, else bytes; what does not decode (nested past
+    Python's limit included) stays bytes, for the family to refuse by name."""
     try:
         if media_type == "application/json":
             return json.loads(body.decode("utf-8"))
         if media_type.startswith("text"):
             return body.decode("utf-8")
-    except ValueError:  # UnicodeDecodeError and JSONDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return body
     return body
 

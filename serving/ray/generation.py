@@ -229,7 +229,7 @@ async def openai(request: HttpRequest, models: tuple[str, ...], handle_of: Calla
         return json_response({"object": "list", "data": listed}, 200)
     try:
         named = json.loads(body or b"{}").get("model") if body else None
-    except (ValueError, AttributeError):  # not a JSON object: the LM's own check names what is wrong
+    except (ValueError, AttributeError, RecursionError):  # not a JSON object: the LM's own check names what is wrong
         named = None
     model = named if named in lms else lms[0] if len(lms) == 1 and named is None else None
     if model is None:

@@ -187,3 +187,14 @@ def test_ray_metrics_get_snake_case_names_as_rays_exporter_shows_them():
     assert [m.name for m in made] == ["handler_batches", "handler_preprocess_ms", "gpu_memory_peak_mib"]
     assert made[0].tag_keys == ("ModelName", "Level")
     assert made[0].values == [(1, dict(dims)), (2, dict(dims))]
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b'{"a": ' * 5000 + b"1" + b"}" * 5000,
+                                  b"\xff not UTF-8", b"{not JSON"])
+def test_a_json_body_that_does_not_decode_reaches_the_family_as_bytes_as_on_torchserve(body):
+    """TorchServe's worker forwards the bytes of a JSON body its parser fails on (nested past Python's
+    limit included): so does the Ray door, for the family to refuse it by name, never a 500."""
+    from handlers.engines.ray import decode_body
+
+    assert decode_body(body, "application/json") is body
+    assert decode_body(b'{"a": [1]}', "application/json") == {"a": [1]}

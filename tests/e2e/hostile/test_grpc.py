@@ -19,7 +19,7 @@ from tests.e2e.hostile.bodies import JSON, Body
 from tests.e2e.hostile.contract import ANSWER, EITHER, GRPC, Batches, Contract, Expect, Probe, Request, attack
 from tests.e2e.hostile.mates import canary, grpc_mates, instances, references
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.only_on("torchserve")]
 
 EXAMPLES = 8
 
@@ -53,7 +53,7 @@ def prober(alone, model: str, method: str):
 
 
 def contract(sender, alone, model: str) -> Contract:
-    return Contract(sender, model, canary(model), cache(lambda: grpc_mates(alone, model)), Batches(sender.ts, model, 3))
+    return Contract(sender, model, canary(model), cache(lambda: grpc_mates(alone, model)), Batches(sender.served, model, 3))
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -38,7 +38,7 @@ def prober(alone, model: str, path: str, parse_for):
 
 def contract(sender, alone, model: str, protocol: str) -> Contract:
     return Contract(sender, model, canary(model), cache(lambda: kserve_mates(alone, model, protocol)),
-                    Batches(sender.ts, model, 3))
+                    Batches(sender.served, model, 3))
 
 
 @pytest.mark.parametrize("model", MODELS)

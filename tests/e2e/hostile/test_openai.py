@@ -1,7 +1,8 @@
-"""Hostile OpenAI requests: completions and chat to the causal LM (its async mode), embeddings to the
-text embedder. Valid generations of 1 to 6 tokens, stop strings reached at the first tokens, streamed
-or whole, must be answered, and greedily: a prefix of the greedy answer alone; unknown fields of any
-name are refused by name; odd values and random bodies never cost a fault, a batch-mate or the worker."""
+"""Hostile OpenAI requests: completions and chat to the causal LM (its async mode; on Ray Serve also
+at its plain /v1), embeddings to the text embedder. Valid generations of 1 to 6 tokens, stop strings
+reached at the first tokens, streamed or whole, must be answered, and greedily: a prefix of the
+greedy answer alone; unknown fields of any name are refused by name; odd values and random bodies
+never cost a fault, a batch-mate or the worker."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from tests.e2e.hostile.mates import (
 pytestmark = pytest.mark.e2e
 
 EXAMPLES = 12
+ENDPOINTS = ["completions", "chat/completions"]
 
 
 def greedy(alone: Alone, endpoint: str) -> dict[str, str]:
@@ -64,16 +66,28 @@ def generation_judge(body: Body, texts: dict[str, str]) -> Judge:
     return judge
 
 
-@pytest.mark.parametrize("endpoint", ["completions", "chat/completions"])
-def test_openai_generation(sender, alone, endpoint):
+def attack_generation(sender, alone, endpoint: str, path: str, examples: int) -> None:
     texts = cache(lambda: greedy(alone, endpoint))  # asked once the contract has seen the model answer
 
     def probe(body: Body) -> Probe:
-        return Probe(Request(openai_path(LM, endpoint), body.data, body.content_type), body.expect,
-                     generation_judge(body, texts()), body.label)
+        return Probe(Request(path, body.data, body.content_type), body.expect, generation_judge(body, texts()),
+                     body.label)
 
-    held = Contract(sender, LM, canary(LM), cache(lambda: openai_lm_mates(alone, LM)), RunningPeak(sender.ts, LM))
-    attack(held, openai_bodies.generation(LM, endpoint == "chat/completions", texts), probe, EXAMPLES)
+    held = Contract(sender, LM, canary(LM), cache(lambda: openai_lm_mates(alone, LM)), RunningPeak(sender.served, LM))
+    attack(held, openai_bodies.generation(LM, endpoint == "chat/completions", texts), probe, examples)
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_openai_generation(sender, alone, endpoint):
+    attack_generation(sender, alone, endpoint, openai_path(LM, endpoint), EXAMPLES)
+
+
+@pytest.mark.only_on("ray")
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_openai_generation_at_a_plain_v1(sender, alone, endpoint):
+    """Ray Serve serves OpenAI's routes at a plain /v1 too, the model named in the body (TorchServe
+    cannot): the same contract there, its batch-mates on /predictions."""
+    attack_generation(sender, alone, endpoint, f"/v1/{endpoint}", EXAMPLES // 2)
 
 
 def test_openai_embeddings(sender, alone):
@@ -90,5 +104,5 @@ def test_openai_embeddings(sender, alone):
                      body.label)
 
     held = Contract(sender, EMBEDDER, canary(EMBEDDER), cache(lambda: embedding_mates(alone, EMBEDDER, dimensions())),
-                    Batches(sender.ts, EMBEDDER, 3))
+                    Batches(sender.served, EMBEDDER, 3))
     attack(held, openai_bodies.embeddings(EMBEDDER, [i.v2_string for i in every]), probe, EXAMPLES)

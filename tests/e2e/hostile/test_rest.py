@@ -32,7 +32,7 @@ def prober(served: str, model: str):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_predictions(sender, alone, model):
-    held = Contract(sender, model, canary(model), cache(lambda: rest_mates(alone, model)), Batches(sender.ts, model, 3))
+    held = Contract(sender, model, canary(model), cache(lambda: rest_mates(alone, model)), Batches(sender.served, model, 3))
     attack(held, bodies.anything(model), prober(model, model), EXAMPLES)
 
 
@@ -40,7 +40,7 @@ def test_predictions_with_the_response_cache(sender, alone):
     """A form body, JSON nested past Python's limit...: refused for itself alone, whatever the cache does."""
     # The cached and the bypassing batch-mates are no items of the batch: the new text is one.
     held = Contract(sender, CACHED, canary(EMBEDDER, CACHED), cached_mates(alone, EMBEDDER, CACHED),
-                    Batches(sender.ts, CACHED, 2))
+                    Batches(sender.served, CACHED, 2))
     attack(held, st.one_of(bodies.forms(), bodies.deep_json(), bodies.anything(EMBEDDER)), prober(CACHED, EMBEDDER),
            EXAMPLES)
 
@@ -61,7 +61,7 @@ def generation(draw) -> bodies.Body:
 
 def test_causal_lm_predictions(sender, alone):
     """Every admitted request is answered, at any length: 1, 2, 3 new tokens, a stop string early."""
-    held = Contract(sender, LM, canary(LM), cache(lambda: rest_mates(alone, LM, count=2)), RunningPeak(sender.ts, LM))
+    held = Contract(sender, LM, canary(LM), cache(lambda: rest_mates(alone, LM, count=2)), RunningPeak(sender.served, LM))
     two = bodies.Body("2 new tokens", json.dumps({"prompt": PROMPTS[0], "max_new_tokens": 2}).encode(), JSON,
                       Expect(ANSWER))
     attack(held, generation(), prober(LM, LM), EXAMPLES, [two])

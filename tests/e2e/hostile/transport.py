@@ -16,8 +16,8 @@ import grpc
 import requests
 
 from serving.grpc_client import GrpcClient, error_message, refusal
-from serving.launcher import TorchServe
 from tests.e2e.hostile import raw_http
+from tests.e2e.hostile.served import Served
 
 TIMEOUT_S = float(os.environ.get("HOSTILE_TIMEOUT_S", "30"))
 GRPC = "grpc:"  # Request.path prefix: grpc:Predictions/<model>, grpc:StreamPredictions/<model>
@@ -74,24 +74,26 @@ def body_message(body: bytes) -> str:
 class Sender:
     """Sends a Request to one server, REST or gRPC, and reads what comes back as a Reply."""
 
-    def __init__(self, ts: TorchServe, timeout_s: float = TIMEOUT_S) -> None:
-        self.ts, self.timeout_s = ts, timeout_s
-        self.grpc = GrpcClient(ts.grpc_target, ts.tokens.inference, timeout_s)
+    def __init__(self, served: Served, timeout_s: float = TIMEOUT_S) -> None:
+        self.served, self.timeout_s = served, timeout_s
+        self.grpc = (GrpcClient(served.grpc_target, served.tokens.inference, timeout_s)
+                     if served.grpc_target is not None else None)
 
     def close(self) -> None:
-        self.grpc.close()
+        if self.grpc is not None:
+            self.grpc.close()
 
     def send(self, request: Request, timeout_s: Optional[float] = None) -> Reply:
         timeout_s = timeout_s or self.timeout_s
         if request.path.startswith(GRPC):
             return self._grpc(request, timeout_s)
-        headers = {"Authorization": f"Bearer {self.ts.tokens.inference}", **dict(request.headers)}
+        headers = {"Authorization": f"Bearer {self.served.tokens.inference}", **dict(request.headers)}
         if request.content_type is not None:
             headers["Content-Type"] = request.content_type
         if request.strict:
             return self._strict(request, headers, timeout_s)
         try:  # a new connection each time: a reply that breaks HTTP framing cannot spill into the next
-            resp = requests.post(f"{self.ts.inference_url}{request.path}", data=request.body, headers=headers,
+            resp = requests.post(f"{self.served.inference_url}{request.path}", data=request.body, headers=headers,
                                  timeout=(5, timeout_s))
         except requests.RequestException as exc:
             return Reply(0, b"", "", f"no valid HTTP reply within {timeout_s:.0f} s: {type(exc).__name__}: {exc}"[:400])
@@ -100,13 +102,15 @@ class Sender:
 
     def _strict(self, request: Request, headers: dict, timeout_s: float) -> Reply:
         try:
-            status, found, body = raw_http.exchange(self.ts.inference_url, request.path, request.body, headers, timeout_s)
+            status, found, body = raw_http.exchange(self.served.inference_url, request.path, request.body, headers, timeout_s)
         except (raw_http.MalformedReply, OSError) as err:
             return Reply(0, b"", "", f"no valid HTTP reply: {type(err).__name__}: {err}"[:400])
         return Reply(status, body, body_message(body), headers=found)
 
     def _grpc(self, request: Request, timeout_s: float) -> Reply:
         method, model = request.path[len(GRPC):].split("/", 1)
+        if self.grpc is None:
+            raise AssertionError(f"gRPC {method} to {model}: {self.served.engine} serves no TorchServe gRPC")
         try:
             if method == "Predictions":
                 chunks = [self.grpc.predict(model, request.body, raw=True, timeout_s=timeout_s)]

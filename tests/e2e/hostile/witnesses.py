@@ -10,9 +10,7 @@ from typing import Optional
 
 import requests
 
-from benchmarks.load.server_metrics import Scrape
-from serving.launcher import TorchServe
-from tests.e2e.helpers import batches_since, formed_batches
+from tests.e2e.hostile.served import Served
 
 
 class Witness:
@@ -29,17 +27,17 @@ class Batches(Witness):
     """The handler's HandlerBatches{BatchSize} counter: each group's batch-mates (`least` items at
     least) formed one batch; a few groups may have been split by scheduling on a busy machine."""
 
-    def __init__(self, ts: TorchServe, model: str, least: int) -> None:
-        self.ts, self.model, self.least, self.groups, self.before = ts, model, least, 0, {}
+    def __init__(self, served: Served, model: str, least: int) -> None:
+        self.served, self.model, self.least, self.groups, self.before = served, model, least, 0, {}
 
     def start(self) -> None:
-        self.before, self.groups = formed_batches(self.ts, self.model), 0
+        self.before, self.groups = self.served.batches(self.model), 0
 
     def sent(self) -> None:
         self.groups += 1
 
     def verify(self) -> None:
-        new = batches_since(self.ts, self.model, self.before, items=self.groups * (self.least + 1))
+        new = self.served.batches_since(self.model, self.before, items=self.groups * (self.least + 1))
         together = sum(n for size, n in new.items() if size >= self.least)
         assert together >= max(1, self.groups - self.groups // 5), (
             f"{self.model}: {self.groups} groups sent, only {together} batches of {self.least}+ items formed "
@@ -50,14 +48,15 @@ class RunningPeak(Witness):
     """A generating model: GenerationPeakRunningSequences (sequences one step advanced together)
     read while the test runs; at least two ran together."""
 
-    def __init__(self, ts: TorchServe, model: str) -> None:
-        self.ts, self.model, self.peak = ts, model, 0.0
+    def __init__(self, served: Served, model: str) -> None:
+        self.served, self.model, self.peak = served, model, 0.0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def _read(self) -> None:
         try:
-            self.peak = max(self.peak, Scrape.of(self.ts.metrics_text()).total("GenerationPeakRunningSequences", self.model))
+            scrape = self.served.scrape()
+            self.peak = max(self.peak, scrape.total(self.served.metric("GenerationPeakRunningSequences"), self.model))
         except (requests.RequestException, ValueError):
             pass
 
@@ -70,7 +69,7 @@ class RunningPeak(Witness):
         self._thread.start()
 
     def verify(self) -> None:
-        settled = time.monotonic() + 3.0  # the engine loop reports about once a second
+        settled = time.monotonic() + 3.0 + self.served.metrics_wait_s  # the loop reports about once a second
         while self.peak < 2 and time.monotonic() < settled:
             time.sleep(0.25)
         self._stop.set()

@@ -1,0 +1,169 @@
+"""The engine a hostile test attacks, as the contract sees it: where requests go, which processes
+serve a model (a worker that died is a broken contract), how a wedged model gets a fresh one, and
+the model's own metrics (the batching witnesses). One adapter per engine: TorchServe (its
+management API and metrics port) and Ray Serve (the cluster's replica processes and Ray's
+Prometheus export of the same handler metrics)."""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import psutil
+import requests
+
+from benchmarks.load.server_metrics import BATCHES, Scrape
+from handlers.engines.ray import ray_name
+from serving import processes
+from serving.client import Tokens
+from serving.errors import ApiError
+from serving.launcher import TorchServe
+from serving.ray.launcher import RayServe
+
+READY_TIMEOUT_S = 120.0
+
+
+class Served:
+    """One running engine. `grpc_target` is None where the engine serves no TorchServe gRPC;
+    `frontend_500` says whether TorchServe's Java frontend answers a few bad requests itself."""
+
+    engine = ""
+    frontend_500 = False
+    grpc_target: Optional[str] = None
+    metrics_wait_s = 10.0  # how long the model's metrics take to show what it did
+
+    def __init__(self, server: TorchServe | RayServe) -> None:
+        self.server = server
+
+    @property
+    def tokens(self) -> Tokens:
+        return self.server.tokens
+
+    @property
+    def inference_url(self) -> str:
+        return self.server.inference_url
+
+    def worker_pids(self, model: str) -> tuple[int, ...]:
+        """The processes serving `model` now, sorted."""
+        raise NotImplementedError
+
+    def ready_pids(self, model: str, other_than: tuple[int, ...] = ()) -> tuple[int, ...]:
+        """The model's processes once it is ready (a restarting one is waited for), none of them one of `other_than`."""
+        raise NotImplementedError
+
+    def fresh_worker(self, model: str, pids: tuple[int, ...]) -> None:
+        """A model that answers nothing gets fresh processes in place of `pids`."""
+        raise NotImplementedError
+
+    def metric(self, name: str) -> str:
+        """A handler metric's name in this engine's export."""
+        return name
+
+    def scrape(self) -> Scrape:
+        raise NotImplementedError
+
+    def batches(self, model: str) -> dict[int, int]:
+        """Batches formed so far per batch size (the handler's HandlerBatches{BatchSize=...} counter)."""
+        counts = self.scrape().by_label(self.metric(BATCHES), model, "BatchSize")
+        return {int(size): int(n) for size, n in counts.items() if n > 0}
+
+    def batches_since(self, model: str, before: dict[int, int], items: int) -> dict[int, int]:
+        """Batches formed since `before`, once they account for `items` accepted requests (the
+        metrics arrive a moment after the answers went out: a bounded wait)."""
+        deadline = time.monotonic() + self.metrics_wait_s
+        while True:
+            now = self.batches(model)
+            new = {size: n - before.get(size, 0) for size, n in now.items() if n > before.get(size, 0)}
+            if sum(size * n for size, n in new.items()) >= items or time.monotonic() > deadline:
+                return new
+            time.sleep(0.2)
+
+
+class OnTorchServe(Served):
+    engine = "torchserve"
+    frontend_500 = True
+
+    def __init__(self, ts: TorchServe) -> None:
+        super().__init__(ts)
+        self.ts = ts
+        self.grpc_target = ts.grpc_target
+
+    def worker_pids(self, model: str) -> tuple[int, ...]:
+        return tuple(sorted(self.ts.worker_pids(model)))
+
+    def ready_pids(self, model: str, other_than: tuple[int, ...] = ()) -> tuple[int, ...]:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            workers = self.ts.describe(model)["workers"]
+            if workers and all(w.get("status") == "READY" and w.get("pid", -1) > 0 and w["pid"] not in other_than
+                               for w in workers):
+                return tuple(sorted(int(w["pid"]) for w in workers))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{model}: workers not READY after {READY_TIMEOUT_S:.0f} s: {workers}")
+            time.sleep(0.5)
+
+    def fresh_worker(self, model: str, pids: tuple[int, ...]) -> None:
+        """The worker's process ended (a wedged one never unloads), then the model scaled to none and
+        back (a wedged frontend thread goes with it)."""
+        processes.end([p for p in map(processes.process, pids) if p is not None], grace_s=0.0)
+        try:
+            self.ts.client.scale_workers(model, 0, timeout_s=60)
+            self.ts.client.scale_workers(model, 1, timeout_s=120)
+        except (ApiError, requests.RequestException) as err:
+            raise AssertionError(f"{model}: no fresh worker: {err}"[:400]) from None
+        self.ready_pids(model, other_than=pids)
+
+    def scrape(self) -> Scrape:
+        return Scrape.of(self.ts.metrics_text())
+
+
+class OnRay(Served):
+    """A Ray Serve cluster: a model is an application, its processes are its replicas
+    (`ServeReplica:<app>:<deployment>`), and Serve's controller replaces one that dies."""
+
+    engine = "ray"
+    metrics_wait_s = 30.0
+
+    def __init__(self, cluster: RayServe) -> None:
+        super().__init__(cluster)
+        self.cluster = cluster
+
+    def worker_pids(self, model: str) -> tuple[int, ...]:
+        title = f"ServeReplica:{model}:"
+        found = []
+        for proc in self.cluster.processes():
+            try:
+                if any(title in part for part in proc.cmdline()):
+                    found.append(proc.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return tuple(sorted(found))
+
+    def ready(self, model: str) -> bool:
+        try:
+            reply = requests.get(f"{self.inference_url}/v2/models/{model}/ready", timeout=10,
+                                 headers={"Authorization": f"Bearer {self.tokens.inference}"})
+        except requests.RequestException:
+            return False
+        return reply.status_code == 200
+
+    def ready_pids(self, model: str, other_than: tuple[int, ...] = ()) -> tuple[int, ...]:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            pids = self.worker_pids(model)
+            if pids and not set(pids) & set(other_than) and self.ready(model):
+                return pids
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{model}: no ready replica after {READY_TIMEOUT_S:.0f} s (replica pids {pids})")
+            time.sleep(0.5)
+
+    def fresh_worker(self, model: str, pids: tuple[int, ...]) -> None:
+        """The replicas' processes ended: Serve's controller starts new ones."""
+        processes.end([p for p in map(processes.process, pids) if p is not None], grace_s=0.0)
+        self.ready_pids(model, other_than=pids)
+
+    def metric(self, name: str) -> str:
+        return f"ray_{ray_name(name)}"
+
+    def scrape(self) -> Scrape:
+        return Scrape.of(self.cluster.client.metrics_text())
