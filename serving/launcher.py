@@ -368,5 +368,10 @@ class TorchServe:
     def worker_pids(self, model: str) -> tuple[int, ...]:
         return self.client.worker_pids(model)
 
+    def ready_worker_pids(self, model: str) -> tuple[int, ...]:
+        """The pids of the model's READY workers, sorted."""
+        return tuple(sorted(int(w["pid"]) for w in self.describe(model)["workers"]
+                            if w.get("status") == "READY" and int(w.get("pid") or -1) > 0))
+
     def metrics_text(self) -> str:
         return self.client.metrics_text()

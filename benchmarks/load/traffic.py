@@ -25,6 +25,7 @@ from benchmarks.load.errors import BenchmarkError
 from benchmarks.load.resources import FRONTEND, OTHERS, WORKERS, ProcessGroups, usage
 from benchmarks.load.stats import NO_RESPONSE, Sample, StabilityRule
 from serving.launcher import TorchServe
+from serving.ray.launcher import RayServe
 
 REQUEST_TIMEOUT_S = 60.0
 
@@ -111,11 +112,14 @@ def rss_probe(ts: TorchServe, models: Sequence[str]) -> Callable[[], Mapping[str
     return probe
 
 
-def others_meter(ts: TorchServe) -> Callable[[], float]:
+def others_meter(ts: TorchServe | RayServe) -> Callable[[], float]:
     """Start measuring; the returned function gives the CPU (% of one core) that processes other
-    than the server and this generator used since."""
-    pids = [pid for model in ts.list_models() for pid in ts.worker_pids(model)]
-    groups = ProcessGroups.for_server(ts.java_pid, pids)
+    than the server (every process of a Ray cluster) and this generator used since."""
+    if isinstance(ts, RayServe):
+        groups = ProcessGroups.for_server(None, [p.pid for p in ts.processes()])
+    else:
+        groups = ProcessGroups.for_server(ts.java_pid, [pid for model in ts.list_models()
+                                                        for pid in ts.worker_pids(model)])
     before = groups.read()
     return lambda: usage(before, groups.read())[OTHERS].cpu_pct
 

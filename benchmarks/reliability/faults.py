@@ -1,7 +1,8 @@
 """Injected faults: a worker killed under load, and archives that cannot load.
 
 1. SIGKILL a model's worker while clients keep sending. TorchServe answers the batch the worker
-   held with an error (507 "Worker died."), queues the rest, and starts a new worker. Checked:
+   held with an error (507 "Worker died."), queues the rest, and starts a new worker; on Ray Serve
+   the replica's controller starts a new replica. Checked:
    every request sent gets an HTTP answer within its timeout (none hangs or vanishes), every
    request sent after the new worker is READY succeeds, and the recovery time (kill -> READY).
 2. Register broken archives (weights missing, a truncated .mar, handler settings with a typo) on a
@@ -39,6 +40,7 @@ from benchmarks.load.traffic import (
     target,
 )
 from serving.launcher import TorchServe
+from serving.ray.launcher import RayServe
 
 RECOVERY_LIMIT_S = 180.0
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT")
@@ -76,21 +78,20 @@ class KillResult(cli.Checked):
                 f"other processes used {self.others_cpu_pct:.0f}% CPU meanwhile")
 
 
-def _ready_replacement(ts: TorchServe, model: str, before: tuple[int, ...], killed: int) -> tuple[int, ...]:
+def _ready_replacement(ts: TorchServe | RayServe, model: str, before: tuple[int, ...], killed: int) -> tuple[int, ...]:
     """The worker pids once the killed one is gone and a new pid brought the READY count back to
     what it was before the kill (with several workers a sibling is READY all along); else ()."""
-    workers = ts.describe(model)["workers"]
-    listed = {int(w.get("pid") or -1) for w in workers}
-    ready = {int(w["pid"]) for w in workers if w.get("status") == "READY" and w.get("pid")}
+    listed = set(ts.worker_pids(model))
+    ready = set(ts.ready_worker_pids(model))
     if killed not in listed and ready - set(before) and len(ready) >= len(before):
-        return tuple(sorted(listed - {-1}))
+        return tuple(sorted(listed))
     return ()
 
 
-def kill_worker_under_load(ts: TorchServe, model: str, concurrency: int = 4, before_s: float = 3.0,
+def kill_worker_under_load(ts: TorchServe | RayServe, model: str, concurrency: int = 4, before_s: float = 3.0,
                            after_s: float = 5.0, timeout_s: float = 60.0) -> KillResult:
-    """SIGKILL the model's first worker `before_s` into a closed-loop load; keep the load on until
-    `after_s` after the replacement is READY."""
+    """SIGKILL the model's first worker (TorchServe's worker, Ray Serve's replica) `before_s` into a
+    closed-loop load; keep the load on until `after_s` after the replacement is READY."""
     before = tuple(ts.worker_pids(model))
     victim = before[0]
     others = others_meter(ts)

@@ -45,6 +45,7 @@ from serving import processes
 from serving.client import Body, Client, Endpoints, Tokens
 from serving.errors import LauncherError, StartupError
 from serving.ray import nodes, routes_config, serve_config
+from serving.ray.placement import REPLICA_CLASS
 from serving.repo import REPO_ROOT
 from serving.ts_config import ModelSettings
 
@@ -308,6 +309,30 @@ class RayServe:
 
     def predict(self, model: str, body: Body, content_type: str | None = None, **kwargs: Any) -> requests.Response:
         return self.client.predict(model, body, content_type, **kwargs)
+
+    def list_models(self) -> tuple[str, ...]:
+        return tuple(app.model for app in self.apps)
+
+    def worker_pids(self, model: str) -> tuple[int, ...]:
+        """The model's replica processes (Serve titles them `ServeReplica:<app>:<deployment>`), sorted."""
+        title = f"{REPLICA_CLASS}{model}:"
+        found = []
+        for proc in self.processes():
+            try:
+                if any(title in part for part in proc.cmdline()):
+                    found.append(proc.pid)
+            except psutil.Error:  # ended meanwhile
+                continue
+        return tuple(sorted(found))
+
+    def ready_worker_pids(self, model: str) -> tuple[int, ...]:
+        """The model's replica pids while Serve says it is ready (OIP v2 readiness), else ()."""
+        try:
+            ready = requests.get(f"{self.inference_url}/v2/models/{model}/ready", timeout=10,
+                                 headers=Tokens.header(self.tokens.inference)).status_code == 200
+        except requests.RequestException:
+            return ()
+        return self.worker_pids(model) if ready else ()
 
 
 def end_cluster(workdir: Path, node_procs: list[subprocess.Popen] | None = None,

@@ -17,6 +17,7 @@ import requests
 import tritonclient.http as triton
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.reliability import faults
 from serving.ray.launcher import RayServe
 from serving.repo import REPO_ROOT
 from serving.ts_config import ModelSettings
@@ -152,3 +153,14 @@ def test_the_handlers_metrics_reach_rays_prometheus_export(ray_serve):
     assert seen.get(("ray_handler_items_total", TENSOR_MODEL), 0) >= 3, sorted(seen)
     assert seen.get(("ray_handler_batches_total", TENSOR_MODEL), 0) >= 1, sorted(seen)
     assert seen.get(("ray_handler_inference_ms_total", TEXT_MODEL), 0) > 0, sorted(seen)
+
+
+def test_a_replica_killed_under_load_loses_no_request(ray_serve):
+    """The reliability kit's kill (benchmarks/reliability/faults.py), as on TorchServe: digits' replica
+    SIGKILLed under four clients; every request gets an HTTP answer within its timeout, Serve's
+    controller starts a new replica, and every request sent once it is ready succeeds. Last in the
+    module: the replica it kills held the counters the metrics test reads."""
+    result = faults.kill_worker_under_load(ray_serve, TENSOR_MODEL, concurrency=4, after_s=4.0)
+    print(result.summary())
+    assert result.passed, result.summary() + "".join(f"\n  FAIL {p}" for p in result.problems)
+    assert result.traffic.sent > 0 and result.recovery_s is not None

@@ -78,11 +78,16 @@ def test_kill_verdicts():
 
 
 class _Described:
+    """A server's worker views as the launchers give them (TorchServe's from its describe call)."""
+
     def __init__(self, workers):
         self.workers = workers
 
-    def describe(self, model):
-        return {"workers": self.workers}
+    def worker_pids(self, model):
+        return tuple(w["pid"] for w in self.workers if w["pid"] > 0)
+
+    def ready_worker_pids(self, model):
+        return tuple(sorted(w["pid"] for w in self.workers if w["status"] == "READY" and w["pid"] > 0))
 
 
 @pytest.mark.parametrize("workers, recovered", [

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-import psutil
 import requests
 
 from benchmarks.load.server_metrics import BATCHES, Scrape
@@ -129,32 +128,17 @@ class OnRay(Served):
         self.cluster = cluster
 
     def worker_pids(self, model: str) -> tuple[int, ...]:
-        title = f"ServeReplica:{model}:"
-        found = []
-        for proc in self.cluster.processes():
-            try:
-                if any(title in part for part in proc.cmdline()):
-                    found.append(proc.pid)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return tuple(sorted(found))
-
-    def ready(self, model: str) -> bool:
-        try:
-            reply = requests.get(f"{self.inference_url}/v2/models/{model}/ready", timeout=10,
-                                 headers={"Authorization": f"Bearer {self.tokens.inference}"})
-        except requests.RequestException:
-            return False
-        return reply.status_code == 200
+        return self.cluster.worker_pids(model)
 
     def ready_pids(self, model: str, other_than: tuple[int, ...] = ()) -> tuple[int, ...]:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
-            pids = self.worker_pids(model)
-            if pids and not set(pids) & set(other_than) and self.ready(model):
+            pids = self.cluster.ready_worker_pids(model)
+            if pids and not set(pids) & set(other_than):
                 return pids
             if time.monotonic() > deadline:
-                raise AssertionError(f"{model}: no ready replica after {READY_TIMEOUT_S:.0f} s (replica pids {pids})")
+                raise AssertionError(f"{model}: no ready replica after {READY_TIMEOUT_S:.0f} s "
+                                     f"(replica pids {self.worker_pids(model)})")
             time.sleep(0.5)
 
     def fresh_worker(self, model: str, pids: tuple[int, ...]) -> None:
