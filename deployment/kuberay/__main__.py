@@ -25,7 +25,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--worker-memory-mib", type=int, default=rayservice.DEFAULT_WORKER_MEMORY_MIB,
                    help="memory per worker pod (one replica slot)")
     p.add_argument("--config", type=Path, default=REPO_ROOT / "config.properties",
-                   help="the config.properties whose max_request_size every app applies")
+                   help="the config.properties whose max_request_size and job_queue_size every app applies")
     p.add_argument("--check", action="store_true", help="only validate the folder's rayservice.yaml")
     args = p.parse_args(argv)
     try:
@@ -38,7 +38,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(rayservice.validate(doc, str(path)))
             return 0
         size, files = rayservice.write(args.serve_config, args.out, args.worker_memory_mib,
-                                       serve_config.configured_max_request_size(args.config))
+                                       serve_config.configured_limits(args.config))
         print(f"[deploy] kuberay: {size.explain()}")
         for path in files:
             print(f"[deploy] wrote {path}")

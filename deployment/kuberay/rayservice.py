@@ -80,10 +80,10 @@ def sizing(config: Mapping[str, Any], worker_memory_mib: int = DEFAULT_WORKER_ME
 
 
 def image_config(config: Mapping[str, Any],
-                 max_request_size: int = routes_config.DEFAULT_MAX_REQUEST_SIZE) -> dict[str, Any]:
+                 limits: routes_config.DoorLimits = routes_config.DEFAULT_LIMITS) -> dict[str, Any]:
     """The Serve config with the image's paths, the pod's address and the ingress app."""
     key_file = f"{KEY_DIR}/key_file.json"
-    out = routes_config.with_ingress(config, key_file, max_request_size)
+    out = routes_config.with_ingress(config, key_file, limits)
     out["http_options"] = {"host": "0.0.0.0", "port": serve_config.SERVE_PORT}  # noqa: S104 - the pod's interface
     for app in routes_config.model_apps(out):
         args = app["args"]
@@ -110,7 +110,7 @@ def _pod(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def manifest(config: Mapping[str, Any], size: Sizing,
-             max_request_size: int = routes_config.DEFAULT_MAX_REQUEST_SIZE) -> dict[str, Any]:
+             limits: routes_config.DoorLimits = routes_config.DEFAULT_LIMITS) -> dict[str, Any]:
     head_ports = [{"containerPort": 6379, "name": "gcs-server"}, {"containerPort": 8265, "name": "dashboard"},
                   {"containerPort": 10001, "name": "client"}, {"containerPort": serve_config.SERVE_PORT, "name": "serve"}]
     return {
@@ -118,7 +118,7 @@ def manifest(config: Mapping[str, Any], size: Sizing,
         "kind": "RayService",
         "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}},
         "spec": {
-            "serveConfigV2": yaml.safe_dump(image_config(config, max_request_size), sort_keys=False),
+            "serveConfigV2": yaml.safe_dump(image_config(config, limits), sort_keys=False),
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": False,
@@ -215,10 +215,10 @@ _BlockDumper.add_representer(str, _str)
 
 
 def write(config_path: Path, out: Path, worker_memory_mib: int = DEFAULT_WORKER_MEMORY_MIB,
-          max_request_size: int = routes_config.DEFAULT_MAX_REQUEST_SIZE) -> tuple[Sizing, list[Path]]:
+          limits: routes_config.DoorLimits = routes_config.DEFAULT_LIMITS) -> tuple[Sizing, list[Path]]:
     config = read_config(config_path)
     size = sizing(config, worker_memory_mib)
-    doc = manifest(config, size, max_request_size)
+    doc = manifest(config, size, limits)
     validate(doc)
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "rayservice.yaml", out / "serve.yaml", out / "Dockerfile"]

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from serving.errors import ConfigError, LauncherError, StartupError
+from serving.ray import serve_config
 from serving.ray.launcher import RayServe, stop_detached
 from serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
 from serving.ts_config import ServerConfig
@@ -35,8 +36,9 @@ def start(config_path: Path, haproxy: bool) -> int:
             raise ConfigError(f"load_models: {name}={Path(archive).name}: on Ray a model is served from "
                               f"{name}.mar (rename the archive or the model)")
     settings = {entry.name: entry.settings for entry in config.models if entry.name in archives}
+    limits = serve_config.configured_limits(config_path)
     cluster = RayServe(MODEL_STORE, models=tuple(archives), settings=settings, haproxy=haproxy,
-                       max_request_size=int(config.get("max_request_size", "0") or 0) or None)
+                       max_request_size=limits.max_request_size, job_queue_size=limits.job_queue_size)
     cluster.start()
     state = {**cluster.detach(), "ready_s": round(cluster.started_s or 0.0, 1)}
     STATE.parent.mkdir(exist_ok=True)

@@ -84,6 +84,7 @@ class RayServe:
         start_timeout_s: float = 180.0,
         keep_workdir: Optional[bool] = None,
         max_request_size: Optional[int] = None,
+        job_queue_size: Optional[int] = None,
     ) -> None:
         self.model_store = Path(model_store).resolve()
         self.serve_file = serve_file
@@ -98,9 +99,10 @@ class RayServe:
         self.dashboard = dashboard
         self.extra_env = dict(env or {})
         self.start_timeout_s = start_timeout_s
-        # TorchServe's limit on a request body, from the repository's config.properties unless given.
-        self.max_request_size = max_request_size or serve_config.configured_max_request_size(
-            REPO_ROOT / "config.properties")
+        # TorchServe's limits at the door, from the repository's config.properties unless given.
+        shipped = serve_config.configured_limits(REPO_ROOT / "config.properties")
+        self.limits = routes_config.DoorLimits(max_request_size or shipped.max_request_size,
+                                               job_queue_size or shipped.job_queue_size)
         # RAY_LAUNCHER_KEEP=1 keeps every cluster's folder (logs, config) for a post-mortem.
         self.keep_workdir = bool(os.environ.get("RAY_LAUNCHER_KEEP")) if keep_workdir is None else keep_workdir
         self.workdir: Optional[Path] = None
@@ -193,7 +195,7 @@ class RayServe:
 
     def _with_routes(self, config: dict[str, Any], key_file: Path) -> dict[str, Any]:
         """Every model app given the size limit, and the ingress app that serves the other routes."""
-        return routes_config.with_ingress(config, str(key_file), self.max_request_size)
+        return routes_config.with_ingress(config, str(key_file), self.limits)
 
     def _env(self, workdir: Path) -> dict[str, str]:
         env = dict(os.environ)

@@ -1,18 +1,42 @@
 """The ingress app's entry in a Serve config file (serving/ray/routes.py is the app itself), and the
-request size limit every app of ours applies. Imports nothing of Ray: the launcher, the tuner and the
-KubeRay manifest write config files without starting it."""
+limits every app of ours applies at its door: a request body's size (max_request_size) and the
+requests a replica holds (job_queue_size waiting, besides a batch in progress; past them a 503, as
+TorchServe's full job queue answers). Imports nothing of Ray: the launcher, the tuner and the KubeRay
+manifest write config files without starting it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 DEFAULT_MAX_REQUEST_SIZE = 6553500  # TorchServe's max_request_size when config.properties sets none
+DEFAULT_JOB_QUEUE_SIZE = 100  # TorchServe's job_queue_size when config.properties sets none
 INGRESS_APP = "ingress"
 INGRESS_DEPLOYMENT = "Ingress"
 IMPORT_PATH = "serving.ray.routes:build"
+
+
+@dataclass(frozen=True)
+class DoorLimits:
+    """config.properties' max_request_size and job_queue_size (TorchServe's defaults where it sets none)."""
+
+    max_request_size: int = DEFAULT_MAX_REQUEST_SIZE
+    job_queue_size: int = DEFAULT_JOB_QUEUE_SIZE
+
+    def __post_init__(self) -> None:
+        for key in ("max_request_size", "job_queue_size"):
+            if int(getattr(self, key)) < 1:
+                raise ValueError(f"{key} = {getattr(self, key)}: it must be a positive integer")
+
+    def held(self, batch_size: int) -> int:
+        """What one replica holds at most: the waiting requests and a batch in progress."""
+        return self.job_queue_size + batch_size
+
+
+DEFAULT_LIMITS = DoorLimits()
 
 
 def application(models: list[str], key_file: str, max_request_size: int) -> dict[str, Any]:
@@ -33,13 +57,18 @@ def model_apps(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [app for app in config["applications"] if app.get("import_path") != IMPORT_PATH]
 
 
-def with_ingress(config: Mapping[str, Any], key_file: str, max_request_size: int) -> dict[str, Any]:
-    """A copy of a Serve config whose model apps take the size limit, with the ingress app serving the
+def with_ingress(config: Mapping[str, Any], key_file: str, limits: DoorLimits) -> dict[str, Any]:
+    """A copy of a Serve config whose model apps take the door's limits, with the ingress app serving the
     other routes (KServe v1, Open Inference Protocol v2, OpenAI at /v1) for those models; an ingress
-    the file already has is replaced."""
+    the file already has is replaced. Serve lets twice what a replica holds reach it, so that the
+    replica's door, not a queue of Serve's without bound, answers the excess."""
     out = yaml.safe_load(yaml.safe_dump(dict(config)))  # a deep copy
     apps = model_apps(out)
     for app in apps:
-        app["args"]["max_request_size"] = max_request_size
-    out["applications"] = [*apps, application([app["args"]["model"] for app in apps], key_file, max_request_size)]
+        app["args"].update(max_request_size=limits.max_request_size, job_queue_size=limits.job_queue_size)
+        for deployment in app["deployments"]:
+            batch = int((deployment.get("user_config") or {}).get("max_batch_size", app["args"].get("max_batch_size", 1)))
+            deployment["max_ongoing_requests"] = 2 * limits.held(batch)
+    out["applications"] = [*apps, application([app["args"]["model"] for app in apps], key_file,
+                                              limits.max_request_size)]
     return out

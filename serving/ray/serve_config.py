@@ -23,22 +23,30 @@ from typing import Any, Optional
 import yaml
 
 from serving.errors import ConfigError
-from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE
+from serving.ray.routes_config import DEFAULT_LIMITS, DoorLimits
 from serving.ts_config import ModelSettings, ServerConfig
 
 IMPORT_PATH = "serving.ray.app:build"
 DEPLOYMENT = "Archive"  # the one deployment of each app (serving/ray/app.py)
-# TorchServe's job_queue_size: requests a replica holds, waiting ones included (Serve's default is 5,
-# which would keep batches from filling).
-QUEUE_SIZE = 100
 SERVE_PORT = 8000  # Serve's default HTTP port (the RayService's serve Service targets it)
 PORTABLE_UNPACK_ROOT = "/tmp"
 
 
-def configured_max_request_size(config_properties: Path) -> int:
-    """TorchServe's limit on a request body as a config.properties sets it (its default otherwise)."""
-    value = ServerConfig.load(config_properties).get("max_request_size", "") or ""
-    return int(value) if value.strip() else DEFAULT_MAX_REQUEST_SIZE
+def configured_limits(config_properties: Path) -> DoorLimits:
+    """max_request_size and job_queue_size as a config.properties sets them (TorchServe's defaults otherwise)."""
+    config = ServerConfig.load(config_properties)
+    values = {}
+    for key in ("max_request_size", "job_queue_size"):
+        value = (config.get(key, "") or "").strip()
+        if value:
+            try:
+                values[key] = int(value)
+            except ValueError:
+                raise ConfigError(f"{config_properties}: {key}={value}: it must be an integer") from None
+    try:
+        return DoorLimits(**values)
+    except ValueError as err:
+        raise ConfigError(f"{config_properties}: {err}") from None
 
 
 def archive_settings(mar: Path) -> ModelSettings:
@@ -70,7 +78,9 @@ class AppPlan:
         deployment: dict[str, Any] = {
             "name": DEPLOYMENT,
             "num_replicas": s.min_workers,
-            "max_ongoing_requests": max(QUEUE_SIZE, s.batch_size),
+            # Twice what the replica's door holds (serving/ray/routes_config.py): Serve's default (5) would
+            # keep batches from filling, and the door, not Serve's unbounded queue, refuses the excess.
+            "max_ongoing_requests": 2 * DEFAULT_LIMITS.held(s.batch_size),
             "ray_actor_options": {"num_cpus": s.threads or 1},
             "user_config": batching,
         }

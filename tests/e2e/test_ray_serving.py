@@ -2,7 +2,8 @@
 examples answered as its archive answers in-process through TorchServe's adapter; a bad request's own
 4xx beside its batch-mates' 200s; KServe v1 and the whole Open Inference Protocol v2 through NVIDIA's
 tritonclient (health, readiness, metadata, inference with binary tensors); TorchServe's key check and
-size limit; the handler's metrics in Ray's Prometheus export; a stop that leaves no process."""
+size limit; the handler's metrics in Ray's Prometheus export; the reliability kit's replica killed
+under load and an overload refused past job_queue_size; a stop that leaves no process."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import requests
 import tritonclient.http as triton
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.load import loadgen, stats
+from benchmarks.load.traffic import Traffic, capacity, fixed_windows, payloads, target
 from benchmarks.reliability import faults
 from serving.ray.launcher import RayServe
 from serving.repo import REPO_ROOT
@@ -30,13 +33,15 @@ pytestmark = pytest.mark.e2e
 TENSOR_MODEL, TEXT_MODEL = "digits", "minilm"
 BATCH = ModelSettings(batch_size=4, max_batch_delay_ms=300)  # digits: room for four requests in one batch
 LIMIT = 4 * 1024 * 1024  # max_request_size of this cluster
+QUEUE = 16  # its job_queue_size (the overload's, as TorchServe's overload test has it)
 METRICS_WAIT_S = 40.0  # Ray's agent exports every few seconds
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The new movie is awesome."]
 
 
 @pytest.fixture(scope="module")
 def ray_serve(model_store):
-    yield from running(RayServe(model_store, models=MODELS, settings={TENSOR_MODEL: BATCH}, max_request_size=LIMIT))
+    yield from running(RayServe(model_store, models=MODELS, settings={TENSOR_MODEL: BATCH}, max_request_size=LIMIT,
+                                job_queue_size=QUEUE))
 
 
 def auth(cluster) -> dict[str, str]:
@@ -158,9 +163,27 @@ def test_the_handlers_metrics_reach_rays_prometheus_export(ray_serve):
 def test_a_replica_killed_under_load_loses_no_request(ray_serve):
     """The reliability kit's kill (benchmarks/reliability/faults.py), as on TorchServe: digits' replica
     SIGKILLed under four clients; every request gets an HTTP answer within its timeout, Serve's
-    controller starts a new replica, and every request sent once it is ready succeeds. Last in the
-    module: the replica it kills held the counters the metrics test reads."""
+    controller starts a new replica, and every request sent once it is ready succeeds. After the
+    metrics test: the replica it kills held the counters that test reads."""
     result = faults.kill_worker_under_load(ray_serve, TENSOR_MODEL, concurrency=4, after_s=4.0)
     print(result.summary())
     assert result.passed, result.summary() + "".join(f"\n  FAIL {p}" for p in result.problems)
     assert result.traffic.sent > 0 and result.recovery_s is not None
+
+
+def test_overload_is_refused_with_503_naming_the_queue_and_nothing_is_lost(ray_serve):
+    """Three times digits' capacity, open loop: past job_queue_size the replica's door answers 503 at
+    once, as TorchServe's full queue does (Serve alone would queue without bound); every request gets
+    an answer, the replica lives, and afterwards requests succeed. Last in the module: a replica
+    killed right after it lost requests once (docs/ray.md#what-differs-from-torchserve)."""
+    pids = ray_serve.worker_pids(TENSOR_MODEL)
+    rps = capacity(ray_serve, TENSOR_MODEL, seconds=6.0, concurrency=8)
+    run = loadgen.open_loop(target(ray_serve, TENSOR_MODEL, timeout_s=60.0), payloads(TENSOR_MODEL), 3 * rps,
+                            fixed_windows(3), 3.0, connections=96, progress=lambda line: None)
+    traffic = Traffic.of(run.samples)
+    print(traffic.describe(), f"capacity {rps:.0f} req/s; accepted: {stats.summarize(s.latency for s in run.samples if s.ok)}")
+    assert traffic.lost == 0 and traffic.ok > 0, traffic.describe()
+    assert set(traffic.errors) == {"503"}, traffic.describe()
+    after = ray_serve.predict(TENSOR_MODEL, digits_body(), "application/json")
+    assert after.status_code == 200, after.text
+    assert ray_serve.worker_pids(TENSOR_MODEL) == pids

@@ -84,8 +84,9 @@ def test_the_rayservice_is_sized_by_the_plan_and_validates(tuned: Path, tmp_path
 
 def test_the_rayservice_serves_the_ingress_routes_as_make_serve_does(tuned: Path, tmp_path: Path) -> None:
     """KServe v1 / OIP v2 / OpenAI at /v1 on the cluster too: the ingress app beside the model apps, every
-    app with the size limit, the ingress on no worker pod of its own; once even if the file has one."""
-    size, files = rayservice.write(tuned, tmp_path / "kuberay", max_request_size=1234)
+    app with the size limit (every model app with the job queue too, and room for twice what its door
+    holds), the ingress on no worker pod of its own; once even if the file has one."""
+    size, files = rayservice.write(tuned, tmp_path / "kuberay", limits=routes_config.DoorLimits(1234, 7))
     doc = yaml.safe_load(files[0].read_text())
     served = yaml.safe_load(doc["spec"]["serveConfigV2"])
     assert [app["name"] for app in served["applications"]] == ["a", "b", routes_config.INGRESS_APP]
@@ -94,8 +95,12 @@ def test_the_rayservice_serves_the_ingress_routes_as_make_serve_does(tuned: Path
     assert ingress["args"] == {"models": ["a", "b"], "key_file": f"{rayservice.KEY_DIR}/key_file.json",
                                "max_request_size": 1234}
     assert {app["args"]["max_request_size"] for app in served["applications"]} == {1234}
+    assert {app["args"]["job_queue_size"] for app in served["applications"][:-1]} == {7}
+    a = served["applications"][0]["deployments"][0]
+    assert a["max_ongoing_requests"] == 2 * (7 + a["user_config"]["max_batch_size"])
     assert size.worker_pods == 3 and "rayservice.yaml: valid" in rayservice.validate(doc)
-    launched = routes_config.with_ingress(yaml.safe_load(tuned.read_text()), "/k.json", 99)  # the launcher's file
+    launched = routes_config.with_ingress(yaml.safe_load(tuned.read_text()), "/k.json",  # the launcher's file
+                                          routes_config.DoorLimits(99))
     serve_config.write(tuned, launched)
     again, files = rayservice.write(tuned, tmp_path / "again")
     served = yaml.safe_load(files[1].read_text())
@@ -132,3 +137,15 @@ def test_the_tuner_replaces_its_models_app_and_keeps_the_others(tuned: Path, tmp
     assert (b.model, b.settings.batch_size, b.settings.max_batch_delay_ms) == ("b", 4, 10)
     write_plan(tmp_path / "new.yaml", "a", tmp_path / "model_store" / "a.mar", ModelSettings())
     assert [p.model for p in serve_config.read(tmp_path / "new.yaml", tmp_path / "model_store")] == ["a"]
+
+
+def test_the_door_limits_come_from_config_properties_and_a_wrong_value_is_named(tmp_path: Path) -> None:
+    config = tmp_path / "config.properties"
+    config.write_text("job_queue_size=16\n")
+    assert serve_config.configured_limits(config) == routes_config.DoorLimits(routes_config.DEFAULT_MAX_REQUEST_SIZE, 16)
+    config.write_text("max_request_size=100\njob_queue_size=0\n")
+    with pytest.raises(ConfigError, match="job_queue_size = 0"):
+        serve_config.configured_limits(config)
+    config.write_text("job_queue_size=lots\n")
+    with pytest.raises(ConfigError, match="job_queue_size=lots"):
+        serve_config.configured_limits(config)

@@ -198,3 +198,12 @@ def test_a_json_body_that_does_not_decode_reaches_the_family_as_bytes_as_on_torc
 
     assert decode_body(body, "application/json") is body
     assert decode_body(b'{"a": [1]}', "application/json") == {"a": [1]}
+
+
+def test_a_refusal_for_a_full_queue_names_it_as_torchserve_does():
+    from serving.ray.app import queue_full
+
+    status, media, _, body = queue_full("digits", 16)
+    doc = json.loads(body)
+    assert (status, media, doc["code"], doc["type"]) == (503, "application/json", 503, "ServiceUnavailableException")
+    assert "job_queue_size" in doc["message"] and "16" in doc["message"]
