@@ -2,7 +2,7 @@
 examples answered as its archive answers in-process through TorchServe's adapter; a bad request's own
 4xx beside its batch-mates' 200s; KServe v1 and the whole Open Inference Protocol v2 through NVIDIA's
 tritonclient (health, readiness, metadata, inference with binary tensors); TorchServe's key check and
-size limit; the handler's metrics in Ray's Prometheus export; the reliability kit's replica killed
+size limit; deadlines; the handler's metrics in Ray's Prometheus export; the reliability kit's replica killed
 under load and an overload refused past job_queue_size; a stop that leaves no process."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.load import loadgen, stats
 from benchmarks.load.traffic import Traffic, capacity, fixed_windows, payloads, target
 from benchmarks.reliability import faults
+from handlers.deadlines import START_HEADER, TIMEOUT_HEADER
 from serving.ray.launcher import RayServe
 from serving.repo import REPO_ROOT
 from serving.ts_config import ModelSettings
@@ -139,6 +140,19 @@ def test_openai_embeddings_under_predictions_as_on_torchserve(ray_serve):
     alone = answered(ray_serve.predict(TEXT_MODEL, {"text": SENTENCES[0]}), TEXT_MODEL)
     assert len(data) == 2 and reply.json()["usage"]["prompt_tokens"] > 0
     assert_same_answer(TEXT_MODEL, {"embedding": data[0]["embedding"]}, alone, "OpenAI embeddings")
+
+
+def test_deadlines_as_on_torchserve(ray_serve):
+    """A request out of time while it waited for its batch (300 ms) gets the handler's 504 and its
+    batch-mates 200; a malformed deadline header a 400 naming it (tests/e2e/test_deadlines.py on TorchServe)."""
+    sent_ms = str(int(time.time() * 1000))
+    headers = [{}, {TIMEOUT_HEADER: "1", START_HEADER: sent_ms}, {}, {TIMEOUT_HEADER: "60000", START_HEADER: sent_ms},
+               {TIMEOUT_HEADER: "soon"}]
+    with ThreadPoolExecutor(len(headers)) as pool:
+        replies = list(pool.map(lambda h: ray_serve.predict(TENSOR_MODEL, digits_body(), "application/json", headers=h),
+                                headers))
+    assert [r.status_code for r in replies] == [200, 504, 200, 200, 400], [r.text[:200] for r in replies]
+    assert replies[1].json()["type"] == "DeadlineExceeded" and TIMEOUT_HEADER in replies[4].json()["message"]
 
 
 def test_the_handlers_metrics_reach_rays_prometheus_export(ray_serve):
