@@ -2,8 +2,10 @@
 worker runs (handlers/generation/engine_loop.py), as an asyncio task in each replica.
 
 An archive whose model-config asks for TorchServe's asynchronous worker mode (`asyncCommunication:
-true`, the causal LM's `mode: async`) is served by this deployment instead of the batch one
-(serving/ray/app.py's `build` hands it over). Per replica:
+true`, the causal LM's `mode: async`) or for its continuous batching (`continuousBatching: true`,
+`mode: step`) is served by this deployment instead of the batch one (serving/ray/app.py's `build`
+hands it over). Step mode is a protocol of TorchServe's frontend (it sends the running requests back
+each step), which Ray has not: there the same archive runs the engine loop. Per replica:
 
 - at start-up the archive's own `AsyncHandler` on the Ray streaming adapter
   (handlers/engines/ray_stream.py), warmed up as TorchServe's worker warms it, with the replica's
@@ -59,15 +61,26 @@ PLAIN = "plain"  # the handler package's route name (handlers/request.py): OpenA
 OPENAI_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
 
 
+ENGINE_LOOP_MODES = ("asyncCommunication", "continuousBatching")  # TorchServe's async and step modes
+
+
 def serves(archive: Path) -> bool:
-    """Whether this archive runs in TorchServe's asynchronous worker mode (its causal LM's engine loop)."""
+    """Whether this archive's causal LM generates a step at a time (TorchServe's async or step mode):
+    on Ray both run the engine loop."""
     try:
         with zipfile.ZipFile(archive) as mar:
             config = yaml.safe_load(mar.read("model-config.yaml")) if "model-config.yaml" in mar.namelist() else {}
     except (OSError, zipfile.BadZipFile, yaml.YAMLError) as exc:
         raise StartupError(f"{archive}: not a readable model archive ({exc}); rebuild it: "
                            ".venv/bin/python -m build") from exc
-    return bool((config or {}).get("asyncCommunication", False))
+    return any((config or {}).get(mode, False) for mode in ENGINE_LOOP_MODES)
+
+
+def engine_loop_config(model_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The archive's model-config as the replica's handler reads it: the async mode, whichever of
+    TorchServe's step-at-a-time modes the archive was built for."""
+    out = {k: v for k, v in model_config.items() if k not in ENGINE_LOOP_MODES}
+    return {**out, "asyncCommunication": True}
 
 
 def with_threads(config: Mapping[str, Any], cpus: int) -> dict[str, Any]:
@@ -113,7 +126,6 @@ class GenerationDeployment:
     def __init__(self, model: str, archive: str, unpack_root: str, key_file: str = "",
                  max_request_size: int = DEFAULT_MAX_REQUEST_SIZE) -> None:
         self.model = model
-        self.version = ""
         self.prefix = f"/predictions/{model}"
         self.key = inference_key(key_file)
         self.max_request_size = int(max_request_size)
@@ -131,7 +143,8 @@ class GenerationDeployment:
         handler_module = importlib.import_module("handlers.async_handler")
         self.open_http = ray_engine.open_http
         worker = engines.Worker(model_name=model, model_dir=folder, version=unpacked.version, max_batch_size=1,
-                                model_config=MappingProxyType(with_threads(unpacked.model_config, _assigned_cpus())))
+                                model_config=MappingProxyType(with_threads(engine_loop_config(unpacked.model_config),
+                                                                           _assigned_cpus())))
         self.context = stream.StreamContext(worker, ray_engine.RayMetrics(serve_metrics))
         self.handler = handler_module.AsyncHandler(engine=stream.RayStream)
         self.handler.initialize(self.context)

@@ -1,7 +1,8 @@
 """The causal LM on Ray Serve (serving/ray/generation.py): the async engine loop in a replica answers
 greedy prompts as the handler does in-process, on /predictions and through the `openai` client at a
 plain /v1 (stream and not), short generations end, a bad field is that request's own 400, and the LM is ready on every readiness
-route (/ping, OIP v2, KServe v1, which is also OpenAI's model retrieval)."""
+route (/ping, OIP v2, KServe v1, which is also OpenAI's model retrieval); the archive built for
+TorchServe's step mode generates on Ray too, in the engine loop."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import openai
 import pytest
 import requests
 
+from benchmarks.bench.archive_settings import with_handler_settings
 from handlers.handler import Handler
 from serving.fake_context import FakeContext, extract
 from serving.ray.launcher import RayServe
@@ -24,12 +26,17 @@ pytestmark = pytest.mark.e2e
 PROMPT = "The for statement is used to"
 GREEDY = {"prompt": PROMPT, "max_new_tokens": 8, "temperature": 0}
 TIMEOUT_S = 30.0  # a generation that does not end is a failure, not a hang
+STEP = f"{LM}_step"  # the LM's archive built for TorchServe's step mode (continuousBatching)
 
 
 @pytest.fixture(scope="module")
-def ray_lm(model_store):
-    yield from running(RayServe(model_store, models=(LM,),
-                                settings={LM: ModelSettings(batch_size=1, max_batch_delay_ms=1)}))
+def ray_lm(model_store, tmp_path_factory):
+    """The LM as built (async mode), and beside it the same archive built for TorchServe's step mode."""
+    store = tmp_path_factory.mktemp("ray-lm-store")
+    (store / f"{LM}.mar").symlink_to((model_store / f"{LM}.mar").resolve())
+    with_handler_settings(model_store / f"{LM}.mar", store, STEP, {"causal_lm": {"mode": "step"}})
+    one = ModelSettings(batch_size=1, max_batch_delay_ms=1)
+    yield from running(RayServe(store, models=(LM, STEP), settings={LM: one, STEP: one}))
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +76,17 @@ def test_a_greedy_prompt_answers_as_in_process_whole_and_streamed(ray_lm, in_pro
     assert len(lines) > 1, lines  # chunks, not one answer
     assert "".join(line["text"] for line in lines) == in_process["text"]
     assert lines[-1]["generated_tokens"] == in_process["generated_tokens"]
+
+
+def test_an_archive_built_for_step_mode_runs_the_engine_loop(ray_lm, in_process):
+    """Step mode is TorchServe's frontend protocol (it sends the running requests back each step); on
+    Ray the same archive generates in the engine loop, with the same greedy answer."""
+    whole = ray_lm.predict(STEP, json.dumps(GREEDY).encode(), "application/json", timeout_s=TIMEOUT_S)
+    assert whole.status_code == 200, whole.text
+    assert whole.json() == in_process
+    streamed = ray_lm.predict(STEP, json.dumps({**GREEDY, "stream": True}).encode(), "application/json",
+                              timeout_s=TIMEOUT_S, stream=True)
+    assert "".join(line["text"] for line in ndjson(streamed.text)) == in_process["text"]
 
 
 def test_the_lm_is_ready_on_every_readiness_route(ray_lm):
