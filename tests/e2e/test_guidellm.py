@@ -24,8 +24,9 @@ REQUESTS, OUTPUT_TOKENS = 6, 8
 TOKENIZER = REPO_ROOT / "models" / LM / "trained"
 
 
-def guidellm(server, request_format: str, out: Path) -> dict:
-    backend = {"kind": "openai_http", "target": f"{server.inference_url}/predictions/{LM}/{VERSION}", "model": LM,
+def guidellm(server, request_format: str, out: Path, base: str = f"/predictions/{LM}/{VERSION}") -> dict:
+    """One guidellm run against the OpenAI routes under `base` (Ray Serve also serves them at the root)."""
+    backend = {"kind": "openai_http", "target": f"{server.inference_url}{base}", "model": LM,
                "request_format": request_format, "api_key": server.tokens.inference,
                "api_routes": {"/health": "v1/models"}, "http2": False, "timeout": 60}
     command = [str(Path(sys.executable).parent / "guidellm"), "run",

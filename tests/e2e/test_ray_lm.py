@@ -2,7 +2,7 @@
 greedy prompts as the handler does in-process, on /predictions and through the `openai` client at a
 plain /v1 (stream and not), short generations end, a bad field is that request's own 400, and the LM is ready on every readiness
 route (/ping, OIP v2, KServe v1, which is also OpenAI's model retrieval); the archive built for
-TorchServe's step mode generates on Ray too, in the engine loop."""
+TorchServe's step mode generates on Ray too, in the engine loop; guidellm's stock requests at the plain /v1."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from serving.ray.launcher import RayServe
 from serving.ts_config import ModelSettings
 from tests.e2e.conftest import LM
 from tests.e2e.ray_cluster import running
+from tests.e2e.test_guidellm import OUTPUT_TOKENS, REQUESTS, guidellm
 
 pytestmark = pytest.mark.e2e
 
@@ -136,3 +137,13 @@ def test_a_bad_field_is_its_own_400_while_others_generate(ray_lm, client, in_pro
         client.completions.create(model=LM, prompt=PROMPT, max_tokens=2, extra_body={"bogus": 1})
     body = refused.value.body
     assert body.get("error", body)["param"] == "bogus", body
+
+
+def test_guidellms_stock_requests_at_the_plain_v1(ray_lm, tmp_path):
+    """guidellm, unchanged, at Ray's plain /v1 (the ingress sends each request to the LM its `model`
+    names): its streamed requests with vLLM's usage options all succeed with the length asked."""
+    run = guidellm(ray_lm, "/v1/completions", tmp_path / "guidellm.json", base="")
+    totals = run["metrics"]["request_totals"]
+    errors = [r.get("info", {}).get("error") for r in run["requests"]["errored"]]
+    assert (totals["successful"], totals["errored"], totals["incomplete"]) == (REQUESTS, 0, 0), errors[:2]
+    assert [r["output_tokens"] for r in run["requests"]["successful"]] == [OUTPUT_TOKENS] * REQUESTS
