@@ -186,10 +186,11 @@ class Contract:
 
 def attack(contract: Contract, strategy: SearchStrategy, to_probe: Callable[[Any], Probe], examples: int,
            explicit: Sequence[Any] = ()) -> None:
-    """Hold `contract` for `explicit` and then `examples` draws of `strategy`, each made a probe by `to_probe`;
-    on success, the contract's witness verifies the batching."""
+    """Hold `contract` for `explicit` and then `examples` draws of `strategy` (the engine's share of
+    them: tests/e2e/hostile/served.py), each made a probe by `to_probe`; on success, the contract's
+    witness verifies the batching."""
     with contract:
-        @hostile(examples)
+        @hostile(max(1, round(examples * contract.served.examples_share)))
         @given(strategy)
         def run(drawn):
             contract.hold(to_probe(drawn))

@@ -30,6 +30,7 @@ class Served:
     frontend_500 = False
     grpc_target: Optional[str] = None
     metrics_wait_s = 10.0  # how long the model's metrics take to show what it did
+    examples_share = 1.0  # of each test's examples (HOSTILE_EXAMPLES too) this engine gets
 
     def __init__(self, server: TorchServe | RayServe) -> None:
         self.server = server
@@ -122,6 +123,9 @@ class OnRay(Served):
 
     engine = "ray"
     metrics_wait_s = 30.0
+    # Half: the families' own checks are the same code on both engines and get every example on
+    # TorchServe; what is Ray's (its door, ingress, batcher, replica) is in every example.
+    examples_share = 0.5
 
     def __init__(self, cluster: RayServe) -> None:
         super().__init__(cluster)
