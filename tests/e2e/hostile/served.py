@@ -31,6 +31,7 @@ class Served:
     grpc_target: Optional[str] = None
     metrics_wait_s = 10.0  # how long the model's metrics take to show what it did
     examples_share = 1.0  # of each test's examples (HOSTILE_EXAMPLES too) this engine gets
+    settle_s = 0.0  # how often the export refreshes, where it lags the answers
 
     def __init__(self, server: TorchServe | RayServe) -> None:
         self.server = server
@@ -68,14 +69,21 @@ class Served:
         return {int(size): int(n) for size, n in counts.items() if n > 0}
 
     def batches_since(self, model: str, before: dict[int, int], items: int) -> dict[int, int]:
-        """Batches formed since `before`, once they account for `items` accepted requests (the
-        metrics arrive a moment after the answers went out: a bounded wait)."""
+        """Batches formed since `before`, once they account for `items` accepted requests and, where
+        the export lags (`settle_s`), read the same twice that far apart: the metrics arrive a
+        moment after the answers went out (a bounded wait)."""
         deadline = time.monotonic() + self.metrics_wait_s
         while True:
             now = self.batches(model)
             new = {size: n - before.get(size, 0) for size, n in now.items() if n > before.get(size, 0)}
-            if sum(size * n for size, n in new.items()) >= items or time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 return new
+            if sum(size * n for size, n in new.items()) >= items:
+                if not self.settle_s:
+                    return new
+                time.sleep(self.settle_s)
+                if self.batches(model) == now:
+                    return new
             time.sleep(0.2)
 
 
@@ -123,6 +131,7 @@ class OnRay(Served):
 
     engine = "ray"
     metrics_wait_s = 30.0
+    settle_s = 2.5  # Ray's agent exports every second here (conftest's RAY_ENV)
     # Half: the families' own checks are the same code on both engines and get every example on
     # TorchServe; what is Ray's (its door, ingress, batcher, replica) is in every example.
     examples_share = 0.5
