@@ -27,6 +27,16 @@ def free_loopback_ports(count: int) -> tuple[int, ...]:
             sock.close()
 
 
+def loopback_port_free(port: int) -> bool:
+    """Whether `port` can be bound on 127.0.0.1 now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def process(pid: int | None) -> psutil.Process | None:
     if pid is None:
         return None

@@ -208,6 +208,7 @@ class RayServe:
             # responsive; the replicas are the servers here and run at the niceness of the caller,
             # as TorchServe's workers do. A caller's own RAY_worker_niceness wins.
             RAY_worker_niceness=env.get("RAY_worker_niceness", "0"),
+            **nodes.replica_port_env(),
             **{MARKER_ENV: str(workdir)},
         )
         if self.haproxy:
@@ -220,6 +221,7 @@ class RayServe:
                 RAY_SERVE_HAPROXY_SOCKET_PATH=str(haproxy_dir / "admin.sock"),
                 RAY_SERVE_HAPROXY_SERVER_STATE_BASE=str(haproxy_dir),
                 RAY_SERVE_HAPROXY_SERVER_STATE_FILE=str(haproxy_dir / "server-state"),
+                RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH=str(haproxy_dir / "metrics.sock"),
                 RAY_SERVE_HAPROXY_STATS_PORT=str(stats),
                 RAY_SERVE_HAPROXY_METRICS_PORT=str(metrics),
             )

@@ -7,11 +7,13 @@ so the launcher can end them all by process group and by marker variable.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from serving import processes
+from serving.errors import LauncherError
 
 HOST = "127.0.0.1"
 # Each node's own ports; the head adds the GCS port and Ray Client's.
@@ -67,3 +69,31 @@ def head(num_cpus: int, temp_dir: Path, dashboard: bool) -> NodeSpec:
 def worker(index: int, num_cpus: int, gcs_address: str) -> NodeSpec:
     ports = processes.free_loopback_ports(len(NODE_PORTS))
     return NodeSpec(f"worker-{index}", num_cpus, dict(zip(NODE_PORTS, ports)), gcs_address=gcs_address)
+
+
+# Serve's replicas take their direct-ingress ports (HAProxy sends to them) from one range per host
+# unless told otherwise (HTTP 30000-31000, gRPC 40000-41000): two clusters on one host would share
+# it, and a port a dead replica freed could go to the other cluster's replica, which the first
+# cluster's HAProxy would then send its requests to. Each cluster takes its own block of free ones.
+REPLICA_PORT_BLOCK = 100
+REPLICA_PORT_SPAN = (10000, 30000)  # below Linux's ephemeral range and Serve's own default
+
+
+def replica_port_env(rng: Optional[random.Random] = None, tries: int = 50) -> dict[str, str]:
+    """Serve's direct-ingress port ranges for one cluster: an HTTP and a gRPC block, each of ports all
+    free on 127.0.0.1 when picked, at random among the span's blocks (two clusters rarely meet)."""
+    rng = rng or random.Random()
+    low, high = REPLICA_PORT_SPAN
+    blocks = list(range(low, high, REPLICA_PORT_BLOCK))
+    picked: list[int] = []
+    for base in rng.sample(blocks, min(tries, len(blocks))):
+        if all(processes.loopback_port_free(port) for port in range(base, base + REPLICA_PORT_BLOCK)):
+            picked.append(base)
+            if len(picked) == 2:
+                http, grpc = picked
+                return {"RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(http),
+                        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http + REPLICA_PORT_BLOCK - 1),
+                        "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc),
+                        "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc + REPLICA_PORT_BLOCK - 1)}
+    raise LauncherError(f"no two blocks of {REPLICA_PORT_BLOCK} free loopback ports in {low}-{high} for the "
+                        "replicas: free some ports, or stop other servers")

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import numpy as np
+import psutil
 import pytest
 import requests
 import tritonclient.http as triton
@@ -172,6 +173,18 @@ def test_the_handlers_metrics_reach_rays_prometheus_export(ray_serve):
     assert seen.get(("ray_handler_items_total", TENSOR_MODEL), 0) >= 3, sorted(seen)
     assert seen.get(("ray_handler_batches_total", TENSOR_MODEL), 0) >= 1, sorted(seen)
     assert seen.get(("ray_handler_inference_ms_total", TEXT_MODEL), 0) > 0, sorted(seen)
+
+
+def test_replicas_listen_on_their_clusters_own_ports(ray_serve):
+    """HAProxy sends to each replica's own HTTP port: taken from this cluster's block (the launcher's),
+    not from the range every cluster on the host would share (30000-31000)."""
+    for model in (TENSOR_MODEL, TEXT_MODEL):
+        (pid,) = ray_serve.worker_pids(model)
+        proc = psutil.Process(pid)
+        low = int(proc.environ()["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"])
+        listening = {c.laddr.port for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+        assert listening & set(range(low, low + 100)), (low, sorted(listening))
+        assert not listening & set(range(30000, 31001)), sorted(listening)
 
 
 def test_a_replica_killed_under_load_loses_no_request(ray_serve):

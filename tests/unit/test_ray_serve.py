@@ -207,3 +207,20 @@ def test_a_refusal_for_a_full_queue_names_it_as_torchserve_does():
     doc = json.loads(body)
     assert (status, media, doc["code"], doc["type"]) == (503, "application/json", 503, "ServiceUnavailableException")
     assert "job_queue_size" in doc["message"] and "16" in doc["message"]
+
+
+def test_each_cluster_gives_its_replicas_ports_of_its_own():
+    """Serve's replicas would take their direct-ingress ports from one range per host: a port a dead
+    replica freed could go to another cluster's replica, and this cluster's HAProxy would send its
+    requests there. Each cluster's blocks are free when picked, and two clusters' differ."""
+    import random
+
+    one, two = nodes.replica_port_env(random.Random(1)), nodes.replica_port_env(random.Random(2))
+    spans = []
+    for env in (one, two):
+        for kind in ("HTTP", "GRPC"):
+            low = int(env[f"RAY_SERVE_DIRECT_INGRESS_MIN_{kind}_PORT"])
+            high = int(env[f"RAY_SERVE_DIRECT_INGRESS_MAX_{kind}_PORT"])
+            assert high - low + 1 == nodes.REPLICA_PORT_BLOCK and high < 30000
+            spans.append(set(range(low, high + 1)))
+    assert all(not a & b for i, a in enumerate(spans) for b in spans[i + 1:])
