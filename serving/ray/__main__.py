@@ -18,7 +18,8 @@ from pathlib import Path
 
 from serving.errors import ConfigError, LauncherError, StartupError
 from serving.ray import serve_config
-from serving.ray.launcher import RayServe, stop_detached
+from serving.ray.ending import stop_detached
+from serving.ray.launcher import RayServe
 from serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT
 from serving.ts_config import ServerConfig
 

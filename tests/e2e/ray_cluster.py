@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from serving.ray.launcher import RayServe, session_processes
+from serving.ray.ending import session_processes
+from serving.ray.launcher import RayServe
 
 
 def running(cluster: RayServe) -> Iterator[RayServe]:
