@@ -46,11 +46,20 @@ class Served:
 
     def worker_pids(self, model: str) -> tuple[int, ...]:
         """The processes serving `model` now, sorted."""
-        raise NotImplementedError
+        return tuple(sorted(self.server.worker_pids(model)))
 
     def ready_pids(self, model: str, other_than: tuple[int, ...] = ()) -> tuple[int, ...]:
-        """The model's processes once it is ready (a restarting one is waited for), none of them one of `other_than`."""
-        raise NotImplementedError
+        """The model's processes once every one is ready (a restarting one is waited for), none of
+        them one of `other_than`."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            ready, listed = self.server.ready_worker_pids(model), self.worker_pids(model)
+            if ready and ready == listed and not set(ready) & set(other_than):
+                return ready
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{model}: not ready after {READY_TIMEOUT_S:.0f} s (pids {listed}, "
+                                     f"ready {ready})")
+            time.sleep(0.5)
 
     def fresh_worker(self, model: str, pids: tuple[int, ...]) -> None:
         """A model that answers nothing gets fresh processes in place of `pids`."""
@@ -61,7 +70,7 @@ class Served:
         return name
 
     def scrape(self) -> Scrape:
-        raise NotImplementedError
+        return Scrape.of(self.server.client.metrics_text())
 
     def batches(self, model: str) -> dict[int, int]:
         """Batches formed so far per batch size (the handler's HandlerBatches{BatchSize=...} counter)."""
@@ -96,20 +105,6 @@ class OnTorchServe(Served):
         self.ts = ts
         self.grpc_target = ts.grpc_target
 
-    def worker_pids(self, model: str) -> tuple[int, ...]:
-        return tuple(sorted(self.ts.worker_pids(model)))
-
-    def ready_pids(self, model: str, other_than: tuple[int, ...] = ()) -> tuple[int, ...]:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            workers = self.ts.describe(model)["workers"]
-            if workers and all(w.get("status") == "READY" and w.get("pid", -1) > 0 and w["pid"] not in other_than
-                               for w in workers):
-                return tuple(sorted(int(w["pid"]) for w in workers))
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{model}: workers not READY after {READY_TIMEOUT_S:.0f} s: {workers}")
-            time.sleep(0.5)
-
     def fresh_worker(self, model: str, pids: tuple[int, ...]) -> None:
         """The worker's process ended (a wedged one never unloads), then the model scaled to none and
         back (a wedged frontend thread goes with it)."""
@@ -120,9 +115,6 @@ class OnTorchServe(Served):
         except (ApiError, requests.RequestException) as err:
             raise AssertionError(f"{model}: no fresh worker: {err}"[:400]) from None
         self.ready_pids(model, other_than=pids)
-
-    def scrape(self) -> Scrape:
-        return Scrape.of(self.ts.metrics_text())
 
 
 class OnRay(Served):
@@ -136,24 +128,6 @@ class OnRay(Served):
     # TorchServe; what is Ray's (its door, ingress, batcher, replica) is in every example.
     examples_share = 0.5
 
-    def __init__(self, cluster: RayServe) -> None:
-        super().__init__(cluster)
-        self.cluster = cluster
-
-    def worker_pids(self, model: str) -> tuple[int, ...]:
-        return self.cluster.worker_pids(model)
-
-    def ready_pids(self, model: str, other_than: tuple[int, ...] = ()) -> tuple[int, ...]:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            pids = self.cluster.ready_worker_pids(model)
-            if pids and not set(pids) & set(other_than):
-                return pids
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{model}: no ready replica after {READY_TIMEOUT_S:.0f} s "
-                                     f"(replica pids {self.worker_pids(model)})")
-            time.sleep(0.5)
-
     def fresh_worker(self, model: str, pids: tuple[int, ...]) -> None:
         """The replicas' processes ended: Serve's controller starts new ones."""
         processes.end([p for p in map(processes.process, pids) if p is not None], grace_s=0.0)
@@ -161,6 +135,3 @@ class OnRay(Served):
 
     def metric(self, name: str) -> str:
         return f"ray_{ray_name(name)}"
-
-    def scrape(self) -> Scrape:
-        return Scrape.of(self.cluster.client.metrics_text())
