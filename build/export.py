@@ -124,8 +124,7 @@ def export(entry: ModelEntry, variant: Variant, settings: HandlerSettings, famil
         dtype = runtime.resolve_precision(settings.runtime.precision, torch.device("cpu"))
         export_aoti(model, _as_tuple(family.example_batch(2)), target, dtype, f"model {entry.name!r} variant aoti")
     else:
-        onnx_file = export_onnx(model, _as_tuple(family.example_batch(2)), content / "fp32.onnx",
-                                dynamo=variant.name == "onnx")
+        onnx_file = export_onnx(model, _as_tuple(family.example_batch(2)), content / "fp32.onnx")
         if variant.name == "onnx-int8":
             quantize_int8(onnx_file, target, variant.keep_fp32, variant.per_channel)
             onnx_file.unlink()

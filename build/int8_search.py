@@ -6,6 +6,8 @@ step try leaving each remaining node in fp32 and keep the one that raises the ga
 stop when the calibration set passes with `--margin` to spare. Each trial is a quantisation and a
 pass over the calibration set, so this takes minutes: run it once, paste the printed list into the
 catalogue's `onnx-int8: {keep_fp32: [...]}`, and the build (seconds) checks it on the held-out set.
+The calibration set is the entry's `gate.calibration` unless `--calibration` names other files. The
+graph is exported as the build exports it (build/onnx_export.py), so the node names are the build's.
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ def search(model: str, calibration: Sequence[Path], margin: float, max_steps: in
     with tempfile.TemporaryDirectory(prefix="int8-search-") as tmp:
         work = Path(tmp)
         family = export.make_family(entry, settings, _content(entry, work))
-        spec = dataclasses.replace(entry.gate, held_out=tuple(FileSource(None, None, str(p.resolve()))
-                                                              for p in calibration))
+        files = (tuple(FileSource(None, None, str(p.resolve())) for p in calibration) if calibration
+                 else entry.gate.calibration)
+        if not files:
+            raise BuildError(f"model {model!r}: no calibration inputs: give --calibration, or list them in "
+                             "the entry's gate.calibration")
+        spec = dataclasses.replace(entry.gate, held_out=files)
         kind = family.gate_kind()
         inputs = gate.gate_inputs((), spec, catalogue_path.parent, f"model {model!r} calibration")
         reference = export.reference_model(entry, family, catalogue_path.parent)
@@ -96,9 +102,9 @@ def _content(entry, work: Path) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m build.int8_search", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
-    parser.add_argument("--calibration", type=Path, action="append", required=True,
+    parser.add_argument("--calibration", type=Path, action="append", default=[],
                         help="inputs the search may look at (.txt: a text per line; .npy; images); never the "
-                             "gate's held-out files")
+                             "gate's held-out files (default: the entry's gate.calibration)")
     parser.add_argument("--margin", type=float, default=0.003,
                         help="embeddings: stop at min cosine >= the gate's + this (default 0.003)")
     parser.add_argument("--max-steps", type=int, default=6)

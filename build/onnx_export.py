@@ -1,11 +1,11 @@
 """ONNX variants: the family-wrapped model exported to ONNX, optionally int8-quantised by ONNX Runtime.
 
-`onnx` is exported through torch.export (`dynamo=True`, opset 18; build/shapes.py says which
-dimensions are dynamic: the batch, and the sequence of token inputs). `onnx-int8` still goes through
-the TorchScript-based exporter (`dynamo=False`, opset 17, deprecated upstream with TorchScript): it
-names the graph's nodes after the modules (`/m/encoder/layer.0/output/dense/MatMul`), which is what
-`keep_fp32` refers to; the torch.export-based one numbers them (`node_MatMul_92`), so moving it
-means searching keep_fp32 again on those names (python -m build.int8_search).
+Both `onnx` and `onnx-int8` are exported through torch.export (`dynamo=True`, opset 18; build/shapes.py
+says which dimensions are dynamic: the batch, and the sequence of token inputs). That exporter numbers
+the graph's nodes (`node_MatMul_92`), which is what `keep_fp32` refers to: the numbers follow the
+order of the exported program, so they hold from one export to the next of the same model, and a
+change to the model's code, its wrapper or torch can renumber them. The build then stops on a name
+that is no longer in the graph; `python -m build.int8_search` lists the current ones.
 
 int8: ONNX Runtime's dynamic quantisation of MatMul/Gemm weights (activations quantised on the fly),
 per output channel by default: per tensor, MiniLM's min cosine to fp32 fell to 0.76 (a single
@@ -24,40 +24,21 @@ import torch
 from build.errors import ExportError
 from build.shapes import dynamic_shapes
 
-OPSET = 17  # the TorchScript-based exporter's
-DYNAMO_OPSET = 18  # the torch.export-based exporter's lowest
+OPSET = 18  # the torch.export-based exporter's lowest
 
 
-def export_onnx(model: torch.nn.Module, example: tuple[torch.Tensor, ...], target: Path, dynamo: bool = False) -> Path:
-    """`dynamo`: through torch.export (node names numbered); else the TorchScript-based exporter (named
-    after the modules, which keep_fp32 refers to)."""
-    if dynamo:
-        return _export_dynamo(model, example, target)
-    names = [f"input_{i}" for i in range(len(example))]
-    dynamic = {name: ({0: "batch", 1: "sequence"} if not t.is_floating_point() and t.dim() >= 2 else {0: "batch"})
-               for name, t in zip(names, example)}
-    dynamic["output"] = {0: "batch"}
-    try:
-        # no_grad, not inference_mode: the exporter traces, and inference tensors cannot be traced.
-        with torch.no_grad():
-            torch.onnx.export(model.eval(), example, str(target), input_names=names, output_names=["output"],
-                              dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
-    except (RuntimeError, TypeError, ValueError, torch.onnx.errors.OnnxExporterError) as err:
-        raise ExportError(f"ONNX export failed: {str(err).splitlines()[0][:300]}") from None
-    return target
-
-
-def _export_dynamo(model: torch.nn.Module, example: tuple[torch.Tensor, ...], target: Path) -> Path:
+def export_onnx(model: torch.nn.Module, example: tuple[torch.Tensor, ...], target: Path) -> Path:
+    """Through torch.export, the batch (and token inputs' sequence) dynamic; node names numbered."""
     names = [f"input_{i}" for i in range(len(example))]
     try:
         with torch.no_grad():
             torch.onnx.export(model.eval(), example, str(target), input_names=names, output_names=["output"],
-                              dynamic_shapes=dynamic_shapes(example), opset_version=DYNAMO_OPSET, dynamo=True,
+                              dynamic_shapes=dynamic_shapes(example), opset_version=OPSET, dynamo=True,
                               external_data=False, verbose=False)
     except Exception as err:  # noqa: BLE001 - torch.export and the ONNX translation raise many types
         raise ExportError(f"ONNX export (torch.export-based) failed ({type(err).__name__}: "
                           f"{str(err).strip().splitlines()[0][:300] if str(err).strip() else 'no message'}): "
-                          "drop onnx from the entry's variants, or make the model exportable "
+                          "drop onnx and onnx-int8 from the entry's variants, or make the model exportable "
                           "(torch.export.draft_export lists every problem)") from None
     return target
 
