@@ -1,6 +1,6 @@
 """ONNX variants: the family-wrapped model exported to ONNX, optionally int8-quantised by ONNX Runtime.
 
-Both `onnx` and `onnx-int8` are exported through torch.export (`dynamo=True`, opset 18; build/shapes.py
+Both `onnx` and `onnx-int8` are exported through torch.export (`dynamo=True`, opset 20; build/shapes.py
 says which dimensions are dynamic: the batch, and the sequence of token inputs). That exporter numbers
 the graph's nodes (`node_MatMul_92`), which is what `keep_fp32` refers to: the numbers follow the
 order of the exported program, so they hold from one export to the next of the same model, and a
@@ -24,7 +24,7 @@ import torch
 from build.errors import ExportError
 from build.shapes import dynamic_shapes
 
-OPSET = 18  # the torch.export-based exporter's lowest
+OPSET = 20  # the first with a Gelu operator: ONNX Runtime runs it fused (docs/optimisations.md#onnx-runtime)
 
 
 def export_onnx(model: torch.nn.Module, example: tuple[torch.Tensor, ...], target: Path) -> Path:

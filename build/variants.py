@@ -49,7 +49,7 @@ KINDS: Mapping[str, Kind] = {
                  about="torch.export -> AOTInductor package compiled here for this CPU, the entry's precision"),
     "int8": Kind("torchscript", "torchscript", "model.ts", "fp32",
                  about="torch dynamic int8 of every nn.Linear (deprecated API), traced", device="cpu", gpu=False),
-    "onnx": Kind("onnx", "onnx", "model.onnx", "fp32", about="ONNX through torch.export (opset 18), ONNX Runtime CPU", device="cpu"),
+    "onnx": Kind("onnx", "onnx", "model.onnx", "fp32", about="ONNX through torch.export (opset 20), ONNX Runtime CPU", device="cpu"),
     "onnx-int8": Kind("onnx", "onnx", "model.onnx", "fp32", options=("keep_fp32", "per_channel"),
                       about="ONNX Runtime dynamic int8 of MatMul/Gemm weights, per channel", device="cpu"),
 }

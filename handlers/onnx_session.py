@@ -4,7 +4,9 @@ TorchServe's BaseHandler cannot serve a session (it calls `.to(device)` on it an
 module: serve issues #2033, #3030) and gives it every logical CPU as intra-op threads, the same
 oversubscription that collapses a worker per core. Here the session gets the worker's thread
 budget, one inter-op thread, full graph optimisation, and is called with the batch's tensors as
-NumPy views (no copy: the collated tensors are contiguous CPU tensors).
+NumPy views (no copy: the collated tensors are contiguous CPU tensors). On the CPU provider the
+session leaves Add + LayerNormalization unfused: ONNX Runtime's SkipLayerNormalization kernel runs
+them slower there than the two ops it replaces (docs/optimisations.md#onnx-runtime).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from pathlib import Path
 import torch
 
 from handlers.errors import ConfigError
+
+# Graph rewrites the CPU provider's session skips: each one measured slower than what it fuses.
+CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
 class OnnxModule:
@@ -57,7 +62,8 @@ def load_onnx(path: Path, threads: int, provider="CPUExecutionProvider") -> Onnx
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     wanted = provider if isinstance(provider, str) else provider[0]
     providers = [provider] if wanted == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
-    session = ort.InferenceSession(str(path), options, providers=providers)
+    disabled = list(CPU_DISABLED_OPTIMIZERS) if wanted == "CPUExecutionProvider" else None
+    session = ort.InferenceSession(str(path), options, providers=providers, disabled_optimizers=disabled)
     running = session.get_providers()
     if running[:1] != [wanted]:
         raise ConfigError(f"runtime.graph: onnx asked ONNX Runtime for {wanted} and the session runs on {running} "

@@ -198,8 +198,9 @@ def test_onnx_on_a_gpu_names_its_device_and_a_silent_cpu_fallback_is_refused(mon
     made = []
 
     class Session:
-        def __init__(self, path, options, providers):
+        def __init__(self, path, options, providers, disabled_optimizers=None):
             made.append(providers)
+            assert disabled_optimizers is None  # the CPU provider's rewrites are skipped on the CPU only
 
         def get_providers(self):
             return ["CPUExecutionProvider"]  # the CUDA libraries did not load: ONNX Runtime says nothing

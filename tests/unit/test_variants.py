@@ -174,6 +174,40 @@ def test_onnx_session_runs_on_the_given_threads_and_matches_torch(tmp_path):
     assert quantized.shape == (5, 4) and not torch.equal(quantized, session(batch))
 
 
+class ResidualNorm(torch.nn.Module):
+    """A transformer block's tail: dense, bias, residual, LayerNorm (what SkipLayerNormFusion fuses)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense, self.norm = torch.nn.Linear(16, 16), torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(self.dense(x) + x)
+
+
+def test_the_cpu_session_leaves_add_and_layernorm_unfused(tmp_path, monkeypatch):
+    import onnx
+    import onnxruntime as ort
+
+    from handlers import onnx_session
+
+    path = export_onnx(ResidualNorm().eval(), (torch.randn(2, 8, 16),), tmp_path / "m.onnx")
+
+    def optimised_ops(disabled):
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled)
+        return {node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node}
+
+    assert "SkipLayerNormalization" in optimised_ops(None)  # the graph has what the rewrite fuses
+    assert "SkipLayerNormalization" not in optimised_ops(list(onnx_session.CPU_DISABLED_OPTIMIZERS))
+    seen = []
+    real = ort.InferenceSession
+    monkeypatch.setattr(ort, "InferenceSession", lambda *a, **k: seen.append(k) or real(*a, **k))
+    load_onnx(path, threads=1)
+    assert seen[-1]["disabled_optimizers"] == list(onnx_session.CPU_DISABLED_OPTIMIZERS)
+
+
 def test_keep_fp32_names_must_exist(tmp_path):
     from build.errors import ExportError
 
