@@ -5,31 +5,18 @@ with one thread for its JPEG decoding and a CPU's batch. Each model whose archiv
 (no `deviceType: cpu` in its model-config.yaml) gets one worker per GPU, the cores left by the
 CPU-only models shared among those workers, and a device's batch; its delay and timeout are kept.
 A CPU-only model (an ONNX or int8 variant) keeps its tuned values. A model whose default archive
-pins the CPU (an AOTInductor package compiled for this CPU) is served on a GPU replica from the
-store's first sibling archive that may take a GPU (`<name>.torchscript.mar`), where one is built.
+pins the CPU (an AOTInductor package compiled for this CPU) is served on a GPU replica from its
+sibling that may take a GPU (`<name>.torchscript.mar`, serving/gpu_archive.py), where one is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import zipfile
-from pathlib import Path
-
-import yaml
 
 from deployment.inputs import Inputs
 from handlers.plan import gpu_plan
+from serving.gpu_archive import gpu_sibling, runs_on_cpu
 from serving.ts_config import ModelEntry
-
-
-def runs_on_cpu(archive: Path) -> bool:
-    """The archive pins its workers to the CPU (deviceType: cpu); unreadable: it may take a GPU."""
-    try:
-        with zipfile.ZipFile(archive) as mar:
-            config = yaml.safe_load(mar.read("model-config.yaml")) or {}
-    except (OSError, KeyError, zipfile.BadZipFile, yaml.YAMLError):
-        return False
-    return isinstance(config, dict) and str(config.get("deviceType", "")).lower() == "cpu"
 
 
 def on_gpu(inputs: Inputs) -> Inputs:
@@ -42,7 +29,7 @@ def on_gpu(inputs: Inputs) -> Inputs:
     for entry in inputs.entries:
         archive = inputs.archives[entry.name]
         if entry.archive == f"{entry.name}.mar" and runs_on_cpu(archive):
-            sibling = next((p for p in sorted(archive.parent.glob(f"{entry.name}.*.mar")) if not runs_on_cpu(p)), None)
+            sibling = gpu_sibling(archive, entry.name)
             if sibling is not None:
                 entry = dataclasses.replace(entry, mar_name=sibling.name)
                 archives[entry.name] = sibling

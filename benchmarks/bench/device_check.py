@@ -78,10 +78,11 @@ def precisions(device: str) -> tuple[str, ...]:
 
 
 def model_dir(plan: CheckPlan, model: str, tmp: Path) -> tuple[Path, str]:
-    """The model's extracted default archive, in a scratch copy (random weights are written into
-    it), and what its rows run."""
+    """The model's extracted archive as a GPU host serves it (serving/gpu_archive.py), in a scratch copy
+    (random weights are written into it), and what its rows run."""
     from build.catalogue import Catalogue
     from serving.fake_context import extract
+    from serving.gpu_archive import served_on_gpu
 
     if plan.packed:
         folder = tmp / model
@@ -91,7 +92,7 @@ def model_dir(plan: CheckPlan, model: str, tmp: Path) -> tuple[Path, str]:
         archive = plan.store / entry.default_variant.archive_name(model)
         if not archive.is_file():
             raise BenchmarkError(f"{archive} is not built (make build)")
-        folder = extract(archive, tmp / model)
+        folder = extract(served_on_gpu(archive, model), tmp / model)  # as the pack does: what a GPU host serves
     if what_runs(folder) is not None:
         return folder, random_weights(folder)
     return folder, "as built"
@@ -128,7 +129,8 @@ def check_model(plan: CheckPlan, model: str, folder: Path, budget: Budget) -> di
     entry = Catalogue.load(plan.catalogue).entry(model)
     requests = worker_requests(model, plan.catalogue)
     top = max(plan.batch_sizes)
-    result: dict[str, Any] = {"model": model, "family": entry.family, "variant": entry.default_variant.name,
+    variant = read_config(folder)["handler"].get("variant") or entry.default_variant.name
+    result: dict[str, Any] = {"model": model, "family": entry.family, "variant": variant,
                               "random_weights": (folder / RANDOM_WEIGHTS).is_file(), "rows": [], "agreement": [],
                               "errors": [], "graphs": None, "peak_gpu_mib": None}
     reference = None

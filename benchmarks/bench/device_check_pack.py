@@ -1,6 +1,8 @@
 """The device check's pack: what a device machine needs, under the device tool's 64 MiB.
 
-Each catalogue model's default archive, extracted. Where its weights are larger than
+Each catalogue model's archive as a GPU host serves it, extracted: its default, or where that pins
+the CPU (an AOTInductor package), the sibling a GPU serves instead (serving/gpu_archive.py), so the
+check's rows on every device run what `make deploy GPU=1` would. Where its weights are larger than
 `max_weights_mib`, they stay behind and the check makes random ones of the same architecture there
 (agreement and speed do not need trained weights), the same on every device:
 - an eager archive (a state dict): the weights file is dropped;
@@ -37,7 +39,7 @@ LIMIT_MIB = 60.0  # the device tool carries 64 MiB with the checkout; the rest i
 @dataclass(frozen=True)
 class Packed:
     model: str
-    variant: str  # the archive's default variant
+    variant: str  # the packed archive's variant
     how: str  # "as built" | "random weights" | "re-made from source"
     mib: float
 
@@ -55,6 +57,7 @@ def pack(catalogue: Path, store: Path, into: Path, max_weights_mib: float) -> li
 
     from build.catalogue import Catalogue
     from serving.fake_context import extract
+    from serving.gpu_archive import served_on_gpu
 
     cat = Catalogue.load(catalogue)
     shutil.rmtree(into, ignore_errors=True)
@@ -64,11 +67,12 @@ def pack(catalogue: Path, store: Path, into: Path, max_weights_mib: float) -> li
     packed = []
     for model in cat.names:
         entry = cat.entry(model)
-        archive = store / entry.default_variant.archive_name(model)
-        if not archive.is_file():
-            raise BenchmarkError(f"{archive} is not built (make build)")
-        folder = extract(archive, into / model)
+        default = store / entry.default_variant.archive_name(model)
+        if not default.is_file():
+            raise BenchmarkError(f"{default} is not built (make build)")
+        folder = extract(served_on_gpu(default, model), into / model)  # what a GPU host serves
         config = read_config(folder)
+        variant = config["handler"].get("variant") or entry.default_variant.name
         weights = folder / config["handler"]["weights"]
         how = "as built"
         # An AOTInductor package runs on the CPU and torch that compiled it: always made again there.
@@ -81,7 +85,7 @@ def pack(catalogue: Path, store: Path, into: Path, max_weights_mib: float) -> li
                 remake(entry, folder, catalogue.parent, config)
                 how = "re-made from source"
             (folder / RANDOM_WEIGHTS).write_text(json.dumps({"dropped": weights.name, "how": how}) + "\n")
-        packed.append(Packed(model, entry.default_variant.name, how, folder_mib(folder)))
+        packed.append(Packed(model, variant, how, folder_mib(folder)))
     total = folder_mib(into)
     if total > LIMIT_MIB:
         largest = ", ".join(f"{p.model} {p.mib:.1f} MiB" for p in sorted(packed, key=lambda p: -p.mib)[:3])

@@ -69,19 +69,21 @@ def test_every_built_archive_declares_where_it_runs(model_store):
                 config = yaml.safe_load(mar.read("model-config.yaml"))
             seen[archive.name] = (config.get("deviceType"), config["handler"]["runtime"].get("device", "auto"))
     assert seen["minilm.onnx.mar"] == ("cpu", "cpu") and seen["efficientnet_lite0.onnx.mar"] == ("cpu", "cpu")
-    assert seen["minilm.mar"] == (None, "auto") and seen["tinylm.mar"] == (None, "auto")
+    assert seen["minilm.mar"] == ("cpu", "cpu")  # AOTInductor, compiled for this CPU
+    assert seen["minilm.torchscript.mar"] == (None, "auto") and seen["tinylm.mar"] == (None, "auto")
     assert all(device == "cpu" for archive, (device, _) in seen.items() if ".onnx" in archive), seen
 
 
-def test_a_traced_graphs_cpu_constants_are_moved_to_the_serving_device(archive_dirs):
+def test_a_traced_graphs_cpu_constants_are_moved_to_the_serving_device(tmp_path):
     """minilm's TorchScript, traced on the CPU, holds `cpu` as a constant (transformers' mask code
     makes tensors on the input's device at trace time): on a GPU they would stay on the host. The
     worker's loader moves every one to the serving device (handlers/device.py)."""
     import torch
 
+    from benchmarks.bench.inprocess import extracted_archive
     from handlers import device
 
-    module = torch.jit.load(str(archive_dirs["minilm"] / "model.ts"))
+    module = torch.jit.load(str(extracted_archive("minilm", "torchscript", tmp_path) / "model.ts"))
     assert "cpu" in device.device_constants(module)
     moved = device.retarget_device_constants(module, torch.device("cuda", 0))
     assert moved >= 1 and set(device.device_constants(module)) == {"cuda:0"}

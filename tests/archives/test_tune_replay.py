@@ -67,7 +67,9 @@ class NoServer:
 
 def _built(catalogue, model, root, store, progress=None) -> BuildResult:
     """The build the replay needs: the default archive's name (no archive is read, none is built)."""
-    variant = VariantResult("torchscript", Path(store) / f"{model}.mar", "passed", None, 0.0, {}, False)
+    # The run served <model>.mar before variants existed: the default archive, whichever variant it is now.
+    variant = VariantResult(catalogue.entry(model).default_variant.name, Path(store) / f"{model}.mar", "passed", None,
+                            0.0, {}, False)
     return BuildResult(model, variant.archive, False, 0.0, (variant,))
 
 

@@ -26,7 +26,7 @@ def catalogue():
 
 def test_the_shipped_config_builds_the_default_archives_of_the_models_it_loads(catalogue):
     selection = for_config(catalogue, DEFAULT_CONFIG)
-    assert dict(selection.variants) == {"efficientnet_lite0": ("aoti",), "minilm": ("torchscript",),
+    assert dict(selection.variants) == {"efficientnet_lite0": ("aoti",), "minilm": ("aoti",),
                                         "digits": ("eager",), "co2": ("torchscript",)}
     assert "tinylm" not in selection.names and selection.foreign == ()
 
@@ -38,13 +38,13 @@ def test_a_variant_archive_names_that_variant_alone(catalogue):
 
 def test_two_archives_of_one_entry_come_in_the_entry_order(catalogue):
     selection = resolve(catalogue, "a=minilm.onnx.mar,b=minilm.mar")
-    assert selection.variants["minilm"] == ("torchscript", "onnx")
+    assert selection.variants["minilm"] == ("aoti", "onnx")
 
 
 def test_all_asks_for_every_entry_and_variant(catalogue):
     selection = resolve(catalogue, "all")
     assert selection.names == catalogue.names
-    assert selection.variants["minilm"] == ("torchscript", "onnx", "onnx-int8", "int8")
+    assert selection.variants["minilm"] == ("aoti", "torchscript", "onnx", "onnx-int8", "int8")
 
 
 def test_an_archive_no_entry_builds_is_left_to_the_store(catalogue):
@@ -55,7 +55,7 @@ def test_an_archive_no_entry_builds_is_left_to_the_store(catalogue):
 
 @pytest.mark.parametrize("load_models, words", [
     ("minilm=minilm.tensorrt.mar", "minilm.tensorrt.mar is no archive of catalogue entry 'minilm' (its archives: "
-                                   "minilm.mar, minilm.onnx.mar, minilm.onnx-int8.mar, minilm.int8.mar)"),
+                                   "minilm.mar, minilm.torchscript.mar, minilm.onnx.mar, minilm.onnx-int8.mar, minilm.int8.mar)"),
     ("minilm=minilm", "'minilm' is not a .mar file name"),
     (" ", "load_models is empty"),
 ])
