@@ -256,7 +256,7 @@ def test_streampredictions_of_a_single_answer_is_that_answer_and_costs_no_worker
     """TorchServe 0.12's GRPCJob reads `ts_stream_next` on every answer to StreamPredictions and
     threw inside the frontend's worker thread when it was absent (any model that answers once): the
     worker died and its REST batch-mates got 500. Every gRPC answer is now marked as its request's
-    last (handlers/engines/torchserve.py TorchServe.close): one message, the REST answer (to float
+    last (handlers/engines/torchserve.py TorchServe.close): one message, the REST answer (to the served
     precision), the same worker."""
     text = "A man is eating food."
     before = ts.client.worker_pids(EMBEDDER)
@@ -266,8 +266,11 @@ def test_streampredictions_of_a_single_answer_is_that_answer_and_costs_no_worker
         messages = list(client.stream_predict(EMBEDDER, text, timeout_s=30))
         assert all(mate.result().status_code == 200 for mate in mates)
     assert len(messages) == 1
-    # batched beside its mates it is padded to their length: the same embedding to float precision
+    # Batched beside its mates it is padded to their length. The AOTInductor package's bf16 kernels
+    # round differently at another batch shape: the same embedding to bf16's precision, not float's.
     got, want = json.loads(messages[0]), json.loads(expected)
     assert got.keys() == want.keys()
-    assert np.allclose(got["embedding"], want["embedding"], atol=1e-5, rtol=0)
+    got_v, want_v = np.asarray(got["embedding"]), np.asarray(want["embedding"])
+    assert np.allclose(got_v, want_v, atol=2e-3, rtol=0)
+    assert got_v @ want_v / (np.linalg.norm(got_v) * np.linalg.norm(want_v)) > 0.9999
     assert ts.client.worker_pids(EMBEDDER) == before
