@@ -4,7 +4,9 @@ take, written by the launcher for each cluster it starts.
 Per model: TorchServe's batchSize -> the app's `max_batch_size`, maxBatchDelay -> `batch_wait_timeout_s`
 (both in the app's args, read at start-up, and in the deployment's `user_config`, which Serve applies
 through `reconfigure` and lets an operator change without a restart), minWorkers -> `num_replicas`,
-threads -> `num_cpus` per replica. Values come from the caller's ModelSettings, else from the archive's
+threads -> `num_cpus` per replica, responseTimeout -> Serve's `request_timeout_s` (one for the whole
+cluster: the largest of its models'; past it Serve answers 408 where TorchServe's frontend gives up on
+the worker). Values come from the caller's ModelSettings, else from the archive's
 model-config.yaml, else TorchServe's defaults.
 
 The file the tuner writes (`make tune ENGINE=ray`) is portable: archives named relative to the model
@@ -60,7 +62,8 @@ def archive_settings(mar: Path) -> ModelSettings:
     raw = raw or {}
     workers = int(raw.get("minWorkers", 1))
     return ModelSettings(batch_size=int(raw.get("batchSize", 1)), max_batch_delay_ms=int(raw.get("maxBatchDelay", 100)),
-                         min_workers=workers, max_workers=max(workers, int(raw.get("maxWorkers", workers))))
+                         min_workers=workers, max_workers=max(workers, int(raw.get("maxWorkers", workers))),
+                         response_timeout_s=int(raw.get("responseTimeout", ModelSettings.response_timeout_s)))
 
 
 @dataclass(frozen=True)
@@ -114,12 +117,19 @@ def plans(model_store: Path, models: tuple[str, ...], settings: Mapping[str, Mod
     return tuple(out)
 
 
+def http_options(apps: tuple[AppPlan, ...], port: int) -> dict[str, Any]:
+    """Loopback, the port, and the longest a request may wait for its answer: no request waits on
+    Serve's router or a replica without bound (a replica lost mid-request among them)."""
+    return {"host": "127.0.0.1", "port": port,
+            "request_timeout_s": float(max(app.settings.response_timeout_s for app in apps))}
+
+
 def serve_config(apps: tuple[AppPlan, ...], http_port: int, unpack_root: Path, key_file: Optional[Path],
                  max_replicas_per_node: Optional[int] = None) -> dict[str, Any]:
     """One cluster's file: local archives, its key file, its port (the launcher's)."""
     return {
         "proxy_location": "HeadOnly",
-        "http_options": {"host": "127.0.0.1", "port": http_port},
+        "http_options": http_options(apps, http_port),
         "applications": [app.application(unpack_root, key_file, max_replicas_per_node=max_replicas_per_node)
                          for app in apps],
     }
@@ -129,7 +139,7 @@ def portable(apps: tuple[AppPlan, ...], max_replicas_per_node: Optional[int] = N
     """The tuner's file: archives relative to the model store, no key file, Serve's default port."""
     return {
         "proxy_location": "HeadOnly",
-        "http_options": {"host": "127.0.0.1", "port": SERVE_PORT},
+        "http_options": http_options(apps, SERVE_PORT),
         "applications": [app.application(PORTABLE_UNPACK_ROOT, None, f"model_store/{app.archive.name}",
                                           max_replicas_per_node) for app in apps],
     }
@@ -144,6 +154,8 @@ def read(path: Path, model_store: Path) -> tuple[AppPlan, ...]:
     """The plans a Serve config file of ours describes, archives found in `model_store`."""
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        timeout = (config.get("http_options") or {}).get("request_timeout_s")
+        response_timeout_s = ModelSettings.response_timeout_s if timeout is None else int(float(timeout))
         out = []
         for app in config["applications"]:
             (deployment,) = [d for d in app["deployments"] if d["name"] == DEPLOYMENT]
@@ -152,7 +164,8 @@ def read(path: Path, model_store: Path) -> tuple[AppPlan, ...]:
             settings = ModelSettings(batch_size=int(_setting(app, deployment, "max_batch_size", 1)),
                                      max_batch_delay_ms=round(1000 * float(_setting(app, deployment,
                                                                                     "batch_wait_timeout_s", 0.1))),
-                                     min_workers=replicas, max_workers=replicas, threads=int(threads))
+                                     min_workers=replicas, max_workers=replicas, threads=int(threads),
+                                     response_timeout_s=response_timeout_s)
             out.append(AppPlan(app["args"]["model"], (model_store / Path(app["args"]["archive"]).name).resolve(),
                                settings))
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:

@@ -15,7 +15,8 @@ from build.catalogue import Catalogue
 from serving.repo import CATALOGUE, REPO_ROOT
 from tests.e2e.conftest import MODELS
 
-pytestmark = pytest.mark.e2e
+# slow: make test-all runs it (the bench command's whole pipeline, about 100 s on 2 cores).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # The first catalogue model with a stock baseline: this run checks the whole comparison.
 MODEL = next(m for m in MODELS if missing_baseline(Catalogue.load(CATALOGUE).entry(m)) is None)

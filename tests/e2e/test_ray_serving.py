@@ -189,10 +189,12 @@ def test_replicas_listen_on_their_clusters_own_ports(ray_serve):
 
 def test_a_replica_killed_under_load_loses_no_request(ray_serve):
     """The reliability kit's kill (benchmarks/reliability/faults.py), as on TorchServe: digits' replica
-    SIGKILLed under four clients; every request gets an HTTP answer within its timeout, Serve's
-    controller starts a new replica, and every request sent once it is ready succeeds. After the
-    metrics test: the replica it kills held the counters that test reads."""
-    result = faults.kill_worker_under_load(ray_serve, TENSOR_MODEL, concurrency=4, after_s=4.0)
+    SIGKILLed under four clients; every request gets an HTTP answer within the cluster's request
+    timeout (the models' responseTimeout: a request Serve strands during the replacement gets Serve's
+    408 then, not silence), Serve's controller starts a new replica, and every request sent once it
+    is ready succeeds. After the metrics test: the replica it kills held the counters that test reads."""
+    result = faults.kill_worker_under_load(ray_serve, TENSOR_MODEL, concurrency=4, after_s=4.0,
+                                           timeout_s=BATCH.response_timeout_s + 15.0)
     print(result.summary())
     assert result.passed, result.summary() + "".join(f"\n  FAIL {p}" for p in result.problems)
     assert result.traffic.sent > 0 and result.recovery_s is not None

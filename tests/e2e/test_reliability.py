@@ -45,6 +45,7 @@ def test_security_on_the_shipped_config(shipped):
     assert len(checks) >= 10
 
 
+@pytest.mark.slow  # make test-all; `python -m benchmarks soak` is the measurement
 def test_short_soak(shipped, soak_report):
     # Half the measured capacity, not the soak command's 70%: a 6 s capacity reading on a 2-core
     # machine that CI may share swings by tens of percent, and this short form checks loss and

@@ -21,7 +21,9 @@ from serving.repo import DEFAULT_CONFIG, REPO_ROOT
 from serving.ts_config import ServerConfig
 from tests.e2e.conftest import MODELS
 
-pytestmark = pytest.mark.e2e
+# slow: make test-all runs it; make test keeps the mix tune's smoke (test_tune_mix_smoke.py), the same
+# writer, verification and report on two models at once.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 MODEL = MODELS[-1]
 TIMEOUT_S = 420

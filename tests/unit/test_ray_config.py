@@ -46,6 +46,7 @@ def test_the_tuned_file_carries_the_plan_in_user_config_and_reads_back(tuned: Pa
     assert a["args"]["archive"] == "model_store/a.mar" and a["args"]["key_file"] == ""
     a_plan, b_plan = serve_config.read(tuned, tuned.parent / "model_store")
     assert a_plan.settings == ModelSettings(batch_size=8, max_batch_delay_ms=5, min_workers=2, max_workers=2, threads=2)
+    assert config["http_options"]["request_timeout_s"] == 120.0  # TorchServe's default responseTimeout
     assert (b_plan.settings.batch_size, b_plan.settings.threads) == (2, 1)
     assert a_plan.archive == (tuned.parent / "model_store" / "a.mar").resolve()
 
@@ -63,7 +64,7 @@ def test_localise_points_the_file_at_this_hosts_archives_port_and_keys(tuned: Pa
     local = serve_config.localise(yaml.safe_load(tuned.read_text()), tmp_path / "model_store", 8123,
                                   tmp_path / "unpacked", tmp_path / "key_file.json")
     args = local["applications"][0]["args"]
-    assert local["http_options"] == {"host": "127.0.0.1", "port": 8123}
+    assert local["http_options"] == {"host": "127.0.0.1", "port": 8123, "request_timeout_s": 120.0}
     assert args["archive"] == str((tmp_path / "model_store" / "a.mar").resolve())
     assert (args["unpack_root"], args["key_file"]) == (str(tmp_path / "unpacked"), str(tmp_path / "key_file.json"))
 

@@ -32,12 +32,14 @@ def make_mar(store: Path, name: str, frontend: dict | None = None) -> Path:
 
 
 def test_settings_come_from_the_archive_unless_the_caller_gives_them(tmp_path):
-    make_mar(tmp_path, "a", {"batchSize": 8, "maxBatchDelay": 5, "minWorkers": 2})
+    make_mar(tmp_path, "a", {"batchSize": 8, "maxBatchDelay": 5, "minWorkers": 2, "responseTimeout": 30})
     make_mar(tmp_path, "b")
-    plans = serve_config.plans(tmp_path, ("a", "b"), {"b": ModelSettings(batch_size=4, max_batch_delay_ms=2, threads=2)})
+    plans = serve_config.plans(tmp_path, ("a", "b"), {"b": ModelSettings(batch_size=4, max_batch_delay_ms=2, threads=2,
+                                                                      response_timeout_s=20)})
     config = serve_config.serve_config(plans, 8123, tmp_path / "archives", tmp_path / "key_file.json")
     a, b = config["applications"]
-    assert config["http_options"] == {"host": "127.0.0.1", "port": 8123}
+    # Serve has one request timeout for the cluster: the longest any model's responseTimeout allows
+    assert config["http_options"] == {"host": "127.0.0.1", "port": 8123, "request_timeout_s": 30.0}
     assert (a["route_prefix"], a["args"]["max_batch_size"], a["args"]["batch_wait_timeout_s"]) == ("/predictions/a", 8, 0.005)
     assert a["deployments"][0]["num_replicas"] == 2
     assert (b["args"]["max_batch_size"], b["args"]["batch_wait_timeout_s"]) == (4, 0.002)
