@@ -162,17 +162,22 @@ def test_the_handlers_metrics_reach_rays_prometheus_export(ray_serve):
     for _ in range(3):
         answered(ray_serve.predict(TENSOR_MODEL, digits_body(), "application/json"), TENSOR_MODEL)
     answered(ray_serve.predict(TEXT_MODEL, {"text": SENTENCES[0]}), TEXT_MODEL)
+    # Each replica exports on its own schedule: wait until every expected series has come, not the first.
+    def expected(seen: dict) -> list[str]:
+        return [what for what, ok in (
+            ("3 digits items", seen.get(("ray_handler_items_total", TENSOR_MODEL), 0) >= 3),
+            ("a digits batch", seen.get(("ray_handler_batches_total", TENSOR_MODEL), 0) >= 1),
+            ("minilm inference ms", seen.get(("ray_handler_inference_ms_total", TEXT_MODEL), 0) > 0)) if not ok]
+
     deadline, seen = time.monotonic() + METRICS_WAIT_S, {}
     while time.monotonic() < deadline:
         seen = {(s.name, s.labels.get("ModelName")): s.value
                 for family in text_string_to_metric_families(ray_serve.client.metrics_text()) for s in family.samples
                 if s.name.startswith("ray_handler_")}
-        if seen.get(("ray_handler_items_total", TENSOR_MODEL), 0) >= 3:
+        if not expected(seen):
             break
         time.sleep(2.0)
-    assert seen.get(("ray_handler_items_total", TENSOR_MODEL), 0) >= 3, sorted(seen)
-    assert seen.get(("ray_handler_batches_total", TENSOR_MODEL), 0) >= 1, sorted(seen)
-    assert seen.get(("ray_handler_inference_ms_total", TEXT_MODEL), 0) > 0, sorted(seen)
+    assert not expected(seen), f"missing after {METRICS_WAIT_S:.0f} s: {expected(seen)}; seen {sorted(seen)}"
 
 
 def test_replicas_listen_on_their_clusters_own_ports(ray_serve):
