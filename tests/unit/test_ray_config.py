@@ -150,3 +150,10 @@ def test_the_door_limits_come_from_config_properties_and_a_wrong_value_is_named(
     config.write_text("job_queue_size=lots\n")
     with pytest.raises(ConfigError, match="job_queue_size=lots"):
         serve_config.configured_limits(config)
+
+
+def test_the_clusters_request_timeout_reads_back_as_each_models_response_timeout(tuned: Path) -> None:
+    config = yaml.safe_load(tuned.read_text())
+    config["http_options"]["request_timeout_s"] = 45.0
+    serve_config.write(tuned, config)
+    assert {p.settings.response_timeout_s for p in serve_config.read(tuned, tuned.parent / "model_store")} == {45}
