@@ -55,6 +55,9 @@ class MixRecord:
     machine: str
     # Every model the server loaded while it was measured (the mix's and idle ones); empty: not recorded.
     loaded: tuple[str, ...] = ()
+    # The values written are the ones the file had before: capacity_rps and baseline_rps then measure
+    # the same values twice, and their difference is the host's spread, not a gain.
+    unchanged: bool = False
 
     @property
     def shares(self) -> dict[str, float]:
@@ -74,7 +77,8 @@ class MixRecord:
     def lines(self) -> tuple[str, ...]:
         parts = ", ".join(f"{m.name} {m.share:.0%} (p99 <= {m.slo_ms:g} ms)" for m in self.models)
         baseline = "" if self.baseline_rps is None else (
-            f"; the values before this tune, in this mix: {self.baseline_rps:.1f} req/s")
+            f"; the same values measured before, in this run: {self.baseline_rps:.1f} req/s (unchanged by this tune)"
+            if self.unchanged else f"; the values before this tune, in this mix: {self.baseline_rps:.1f} req/s")
         text = [f"{MIX_PREFIX}{parts}: {self.capacity_rps:.1f} req/s per server{baseline}"]
         text += [f"{MORE}{m.name}: {m.workers} x {m.threads} thread(s), batch {m.batch_size}, delay "
                  f"{m.max_batch_delay_ms} ms, {m.served_archive}; {m.rate_rps:.1f} req/s at p99 {m.p99_ms:.1f} ms"

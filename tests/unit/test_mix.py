@@ -222,20 +222,17 @@ models={\\
 """
 
 
-@pytest.mark.parametrize("tuned_rps, written_batch", [(190.0, 3), (260.0, 4)])
-def test_the_search_choice_is_written_only_when_it_serves_more_than_the_values_before(
-        tmp_path, monkeypatch, tuned_rps, written_batch):
+def tune_with(tmp_path, monkeypatch, rates: dict[str, float], search_rate):
+    """Runs the mix tuner on PLANNED with its servers faked: each long measurement's capacity by its
+    label, each search candidate's by `search_rate(settings)`; returns (writes, report contents)."""
     from benchmarks.tune.mix import pipeline
     from benchmarks.tune.mix.measure import PointSettings
 
     config = tmp_path / "config.properties"
     config.write_text(PLANNED)
-    by_label = {"config.properties before": 230.0, "tuned (from the written file)": tuned_rps,
-                "kept (from the written file)": 228.0}
 
     def measure(label, mix, store, cfg, settings, start_rps, point_settings, progress):
-        # The search's short points favour a bigger image batch; the long ones decide.
-        rate = by_label.get(label) or (240.0 if settings["image"].batch_size == 4 else 200.0)
+        rate = rates.get(label) or search_rate(settings)
         return Capacity(label, (), point(rate, {"text": 30, "image": 90}), {}, 1000.0, 1.0)
 
     writes, reports = [], []
@@ -250,11 +247,41 @@ def test_the_search_choice_is_written_only_when_it_serves_more_than_the_values_b
                                   SearchSettings(batch_sizes=(3, 4), delays=(2,), max_candidates=2),
                                   PointSettings(), PointSettings(), True, "test")
     assert pipeline.tune_mix(options, lambda line: None) == 0
+    return writes, reports
+
+
+@pytest.mark.parametrize("tuned_rps, written_batch", [(190.0, 3), (260.0, 4)])
+def test_the_search_choice_is_written_only_when_it_serves_more_than_the_values_before(
+        tmp_path, monkeypatch, tuned_rps, written_batch):
+    from benchmarks.tune.mix import pipeline
+
+    rates = {"config.properties before": 230.0, "tuned (from the written file)": tuned_rps,
+             "kept (from the written file)": 228.0}
+    # The search's short points favour a bigger image batch; the long ones decide.
+    writes, reports = tune_with(tmp_path, monkeypatch, rates,
+                                lambda settings: 240.0 if settings["image"].batch_size == 4 else 200.0)
     written, record = writes[-1]
     assert written["image"].batch_size == written_batch
     assert written["idle"].min_workers == 1  # idle models: one worker of one thread either way
     assert record.capacity_rps == (228.0 if written_batch == 3 else tuned_rps) and record.baseline_rps == 230.0
+    assert record.unchanged == (written_batch == 3)
     content = reports[-1]
     kept = written_batch == 3
     assert (content["rejected"] is not None) == kept
     assert ("The search's choice served less than the values before" in pipeline.report.markdown(content)) == kept
+
+
+def test_a_tune_that_writes_the_values_before_again_claims_no_gain(tmp_path, monkeypatch):
+    """The search's best is the start (the file's own values): the two long measurements are of the
+    same values, so their ratio is spread; the record, the report and the target say so."""
+    from benchmarks.tune.mix import pipeline
+
+    rates = {"config.properties before": 150.0, "tuned (from the written file)": 240.0}
+    writes, reports = tune_with(tmp_path, monkeypatch, rates,
+                                lambda settings: 200.0 if settings["image"].batch_size == 3 else 120.0)
+    (_, record), content = writes[-1], reports[-1]
+    assert record.unchanged and content["unchanged"] and content["rejected"] is None
+    assert content["ratio"] == 1.6 and not content["target"]["met"]  # 1.6x of the same values: spread
+    assert "not a gain" in pipeline.report.markdown(content)
+    assert "unchanged by this tune" in record.lines()[0]
+    assert MixRecord.from_json(record.to_json()).unchanged

@@ -117,12 +117,13 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
     if not options.write:
         shutil.copyfile(before, written)
     loaded = tuple(base.startup_archives(options.model_store))  # every server of this tune loads these
+    kept = file_plan(mix, base)
 
     def write(plan: MixPlan, measured: Capacity) -> None:
         updates = [Update(n, s, base.model(n).version if n in others else "1.0",
                           base.model(n).archive if n in others else f"{n}.mar")
                    for n, s in plan.settings(others).items()]
-        record = _record(options, plan, measured, reference, environment, served, loaded)
+        record = _record(options, plan, measured, reference, environment, served, loaded, kept)
         write_mix(written, updates, _provenance(record, environment), record, _idle(others, mix), archives)
 
     def from_written(plan: MixPlan, provisional: Capacity, label: str) -> Capacity:
@@ -135,7 +136,6 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
 
     verified = from_written(chosen.plan, chosen.capacity, "tuned (from the written file)")
     rejected = None
-    kept = file_plan(mix, base)
     if below(verified, reference) and kept is not None and kept.key != chosen.plan.key:
         # The search ranks candidates on short points; the long ones decide: never write a regression.
         progress(f"the search's choice measured {verified.rate_rps:.1f} req/s from the written file, below the "
@@ -143,7 +143,7 @@ def tune_mix(options: MixOptions, progress: Progress) -> int:
         rejected = Tried(chosen.plan, verified, "the search's choice, measured from the written file")
         chosen = Tried(kept, reference, "the values in config.properties before, kept")
         verified = from_written(kept, reference, "kept (from the written file)")
-    record = _record(options, chosen.plan, verified, reference, environment, served, loaded)
+    record = _record(options, chosen.plan, verified, reference, environment, served, loaded, kept)
     content = report.build(options, alone, tried, chosen, reference, verified, record, environment, rejected)
     report.write(folder, content)
     report.print_summary(content, folder)
@@ -171,7 +171,7 @@ def _idle(others: dict[str, ModelSettings], mix: Mix) -> tuple[str, ...]:
 
 
 def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: Capacity, environment: dict,
-            served: dict[str, str], loaded: tuple[str, ...]) -> MixRecord:
+            served: dict[str, str], loaded: tuple[str, ...], before: Optional[MixPlan]) -> MixRecord:
     best = measured.best
     models = []
     for name, c in plan.models:
@@ -182,7 +182,8 @@ def _record(options: MixOptions, plan: MixPlan, measured: Capacity, reference: C
                                  served[name]))
     return MixRecord(tuple(models), round(measured.rate_rps, 1), round(reference.rate_rps, 1), options.cores,
                      round(measured.memory_mib, 1), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                     shown(options.folder), machine(environment), loaded)
+                     shown(options.folder), machine(environment), loaded,
+                     unchanged=before is not None and before.key == plan.key)
 
 
 def _provenance(record: MixRecord, environment: dict) -> tuple[Provenance, ...]:

@@ -34,7 +34,9 @@ def build(options, alone: dict[str, tuple[ModelSettings, Optional[float]]], trie
         "reference": reference.to_json(),
         "verified": verified.to_json(),
         "ratio": ratio,
-        "target": {"ratio": TARGET_RATIO, "met": ratio is not None and ratio >= TARGET_RATIO},
+        "unchanged": record.unchanged,  # the written values are the ones before: two measurements of the same
+        "target": {"ratio": TARGET_RATIO,
+                   "met": ratio is not None and ratio >= TARGET_RATIO and not record.unchanged},
         "record": record.to_json(),
     }
 
@@ -51,7 +53,8 @@ def _capacity_lines(content: dict) -> list[str]:
     """The capacity table (before, written, and the search's choice when it was rejected) and why."""
     ref, ver, rejected = content["reference"], content["verified"], content.get("rejected")
     rows = [("config.properties before", f"{ref['capacity_rps']:.1f}", f"{ref['memory_mib']:.0f}"),
-            (f"{'kept' if rejected else 'tuned for the mix'} (from the written file)", f"{ver['capacity_rps']:.1f}",
+            (f"{'kept' if rejected else 'the same values' if content.get('unchanged') else 'tuned for the mix'} "
+             "(from the written file)", f"{ver['capacity_rps']:.1f}",
              f"{ver['memory_mib']:.0f}")]
     if rejected:
         plan = "; ".join(f"{n}: {c['workers']} x {c['threads']} thread(s), batch {c['batch_size']}, delay "
@@ -64,9 +67,18 @@ def _capacity_lines(content: dict) -> list[str]:
                      "and measured them again from the written file (the 'kept' row)."] if rejected else [])
 
 
+def _ratio_line(content: dict) -> str:
+    ratio, met = content["ratio"], "met" if content["target"]["met"] else "missed"
+    shown = "-" if ratio is None else f"{ratio:.2f}x"
+    if content.get("unchanged") and not content.get("rejected"):
+        return (f"The search's best was the values the file had before, so both rows measure the same values in "
+                f"the same run: their ratio ({shown}) is this host's spread between two measurements, not a gain "
+                f"(target >= {TARGET_RATIO}x: {met}).")
+    return f"Ratio: **{shown}** (target >= {TARGET_RATIO}x: {met})."
+
+
 def markdown(content: dict) -> str:
     o = content["options"]
-    ratio = content["ratio"]
     lines = [
         "# Tuned for a traffic mix",
         "",
@@ -77,8 +89,7 @@ def markdown(content: dict) -> str:
         "",
         *_capacity_lines(content),
         "",
-        f"Ratio: **{'-' if ratio is None else f'{ratio:.2f}x'}** (target >= {TARGET_RATIO}x: "
-        f"{'met' if content['target']['met'] else 'missed'}).",
+        _ratio_line(content),
         "",
         "### Each model at the tuned capacity point",
         "",
@@ -141,6 +152,11 @@ def write(folder: Path, content: dict) -> Path:
 
 def print_summary(content: dict, folder: Path) -> None:
     ratio = content["ratio"]
+    if content.get("unchanged") and not content.get("rejected"):
+        print(f"mix: the values before were the search's best, written again: {content['verified']['capacity_rps']:.1f} "
+              f"and {content['reference']['capacity_rps']:.1f} req/s, two measurements of the same values; "
+              f"report {folder / 'report.md'}")
+        return
     written = "kept the values before:" if content.get("rejected") else "tuned"
     print(f"mix: {written} {content['verified']['capacity_rps']:.1f} req/s vs the values before "
           f"{content['reference']['capacity_rps']:.1f} req/s"
