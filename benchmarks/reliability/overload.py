@@ -6,7 +6,10 @@ keep a p99 bounded by the queue's length over the capacity; memory (RSS of the f
 workers) stays bounded; every request gets an answer; and afterwards the server is healthy (queue
 drained, same workers, requests succeed).
 
-    python -m benchmarks overload --factor 3 --seconds 20 --job-queue-size 16
+    python -m benchmarks overload --factor 3 --seconds 20 --job-queue-size 16 [--engine torchserve,ray]
+
+With both engines, each gets a fresh server of the same model and queue in turn; the run writes a
+report with the engines side by side (benchmarks/reliability/overload_report.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from types import MappingProxyType
 from typing import Optional
 
 from benchmarks.load import cli, loadgen, stats
-from benchmarks.load.resources import FRONTEND, WORKERS
+from benchmarks.load.resources import FRONTEND, WORKERS, ProcessGroups
 from benchmarks.load.traffic import (
     Traffic,
     batch_size,
@@ -30,7 +33,13 @@ from benchmarks.load.traffic import (
     say,
     target,
 )
+from benchmarks.reliability import soak
 from serving.launcher import TorchServe
+from serving.ray.launcher import RayServe
+from serving.repo import DEFAULT_CONFIG
+from serving.ts_config import ServerConfig
+
+ENGINES = ("torchserve", "ray")
 
 # Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the
 # overload at most this much above the RSS just before it, per process group.
@@ -57,6 +66,10 @@ class OverloadResult(cli.Checked):
     others_cpu_pct: float = 0.0  # CPU other processes on the machine used meanwhile (% of one core)
     accepted: Optional[stats.LatencySummary] = None  # the accepted requests' latencies (p99_ok_ms's)
     served_rps: Optional[float] = None  # 200s per second of the run: the rate the queue drained at
+    engine: str = "torchserve"
+    refused: Optional[stats.LatencySummary] = None  # the 503s' latencies: what a refusal costs a client
+    # Per second of scheduled arrivals: (second, 200s, accepted p99 ms, 503s, refused p99 ms).
+    timeline: tuple[tuple[int, int, Optional[float], int, Optional[float]], ...] = ()
 
     @property
     def accepted_tail(self) -> str:
@@ -105,18 +118,61 @@ class OverloadResult(cli.Checked):
                 f"{self.others_cpu_pct:.0f}% CPU meanwhile")
 
 
-def p99_bound_ms(job_queue_size: int, batch: int, capacity_rps: float) -> float:
-    """An accepted request waits behind at most the queue and the batches in progress: twice
-    that drain time at the measured capacity, plus half a second of slack."""
-    return 1000.0 * (2.0 * (job_queue_size + 2 * batch) / capacity_rps + 0.5)
+def p99_bound_ms(ahead: int, capacity_rps: float) -> float:
+    """An accepted request waits behind at most `ahead` requests (the queue and the batches in
+    progress): twice that drain time at the measured capacity, plus half a second of slack."""
+    return 1000.0 * (2.0 * ahead / capacity_rps + 0.5)
 
 
-def overload(ts: TorchServe, model: str, capacity_rps: float, factor: float = 3.0, seconds: float = 15.0,
+def queue_and_ahead(server: TorchServe | RayServe, model: str) -> tuple[int, int, int]:
+    """(job_queue_size, batch size, requests an accepted one may wait behind). TorchServe holds the
+    queue and a batch in progress; a Ray replica holds Serve's ongoing slots (the queue and a batch)
+    and as many again waiting for a slot (serving/ray/routes_config.py)."""
+    if isinstance(server, RayServe):
+        batch = next(a.settings.batch_size for a in server.apps if a.model == model)
+        queue = server.limits.job_queue_size
+        limits = server.limits.replica_limits(batch)
+        return queue, batch, limits["max_ongoing_requests"] + limits["max_queued_requests"] + batch
+    queue = int(server.config.get("job_queue_size", "100") or 100)
+    batch = batch_size(server, model)
+    return queue, batch, queue + 2 * batch
+
+
+def memory_probe(server: TorchServe | RayServe, model: str):
+    """RSS of the model's workers and of the rest of the server (TorchServe's frontend; every other
+    process of a Ray cluster: ingress, HAProxy, Serve's controller and Ray's daemons)."""
+    if not isinstance(server, RayServe):
+        return rss_probe(server, [model])
+    workers = server.worker_pids(model)
+    groups = ProcessGroups({FRONTEND: [p.pid for p in server.processes() if p.pid not in workers],
+                            WORKERS: list(workers)})
+
+    def probe() -> Mapping[str, int]:
+        reading = groups.read()
+        return {FRONTEND: reading.rss_bytes[FRONTEND], WORKERS: reading.rss_bytes[WORKERS]}
+
+    return probe
+
+
+def timeline(samples: Sequence[stats.Sample]) -> tuple[tuple[int, int, Optional[float], int, Optional[float]], ...]:
+    if not samples:
+        return ()
+    start = min(s.intended for s in samples)
+    rows = []
+    for second in range(int(max(s.intended for s in samples) - start) + 1):
+        inside = [s for s in samples if int(s.intended - start) == second]
+        ok = stats.summarize(s.latency for s in inside if s.ok)
+        refused = stats.summarize(s.latency for s in inside if s.status == 503)
+        rows.append((second, ok.count if ok else 0, ok.p99_ms if ok else None,
+                     refused.count if refused else 0, refused.p99_ms if refused else None))
+    return tuple(rows)
+
+
+def overload(ts: TorchServe | RayServe, model: str, capacity_rps: float, factor: float = 3.0, seconds: float = 15.0,
              window_s: float = 3.0, connections: int = 96) -> OverloadResult:
-    job_queue_size = int(ts.config.get("job_queue_size", "100") or 100)
-    batch = batch_size(ts, model)
+    job_queue_size, batch, ahead = queue_and_ahead(ts, model)
     pids = ts.worker_pids(model)
-    probe = rss_probe(ts, [model])
+    probe = memory_probe(ts, model)
     rss_before = probe()
     rate = factor * capacity_rps
     windows = max(1, round(seconds / window_s))
@@ -134,21 +190,25 @@ def overload(ts: TorchServe, model: str, capacity_rps: float, factor: float = 3.
     drain_rps = max(min(capacity_rps, served), MIN_SERVED_SHARE * capacity_rps)
     return OverloadResult(
         model, capacity_rps, rate, windows * window_s, job_queue_size, Traffic.of(run.samples),
-        None if latency is None else latency.p99_ms, p99_bound_ms(job_queue_size, batch, drain_rps),
+        None if latency is None else latency.p99_ms, p99_bound_ms(ahead, drain_rps),
         MappingProxyType(dict(rss_before)), MappingProxyType(peak), health_after(ts, model, pids, batch), others(),
-        latency, served,
+        latency, served, "ray" if isinstance(ts, RayServe) else "torchserve",
+        stats.summarize(s.latency for s in run.samples if s.status == 503), timeline(run.samples),
     )
 
 
-def health_after(ts: TorchServe, model: str, pids: tuple[int, ...], count: int, drain_s: float = DRAIN_S) -> tuple[str, ...]:
-    """Problems after the overload: queue not drained, workers replaced, requests failing."""
+def health_after(ts: TorchServe | RayServe, model: str, pids: tuple[int, ...], count: int,
+                 drain_s: float = DRAIN_S) -> tuple[str, ...]:
+    """Problems after the overload: queue not drained (TorchServe's management API tells; Serve has
+    none, and the requests after it must succeed), workers replaced, requests failing."""
     problems = []
-    deadline = time.monotonic() + drain_s
-    while ts.describe(model)["jobQueueStatus"]["pendingRequests"] and time.monotonic() < deadline:
-        time.sleep(0.25)
-    pending = ts.describe(model)["jobQueueStatus"]["pendingRequests"]
-    if pending:
-        problems.append(f"{pending} requests still queued {drain_s:.0f} s after the overload")
+    if isinstance(ts, TorchServe):
+        deadline = time.monotonic() + drain_s
+        while ts.describe(model)["jobQueueStatus"]["pendingRequests"] and time.monotonic() < deadline:
+            time.sleep(0.25)
+        pending = ts.describe(model)["jobQueueStatus"]["pendingRequests"]
+        if pending:
+            problems.append(f"{pending} requests still queued {drain_s:.0f} s after the overload")
     if ts.client.ping(timeout_s=10).status_code != 200:
         problems.append("/ping is not 200 after the overload")
     if ts.worker_pids(model) != pids:
@@ -163,12 +223,47 @@ def health_after(ts: TorchServe, model: str, pids: tuple[int, ...], count: int, 
     return tuple(problems)
 
 
+def server(engine: str, store, model: str, job_queue_size: int) -> TorchServe | RayServe:
+    """A fresh server of `model` alone with this job queue, on `engine`, with config.properties' values."""
+    if engine == "ray":
+        shipped = ServerConfig.load(DEFAULT_CONFIG)
+        settings = {model: shipped.model(model).settings} if model in shipped.model_names else {}
+        return RayServe(store, models=(model,), settings=settings, job_queue_size=job_queue_size)
+    # The soak's pre-touched JVM heap: otherwise the frontend's RSS "grows" by faulting in heap pages
+    # it already owns under the burst, which is not the growth the check bounds.
+    return TorchServe(store, load=(model,), extra_properties={"job_queue_size": str(job_queue_size),
+                                                                **soak.soak_vmargs()})
+
+
+def engines(text: str) -> tuple[str, ...]:
+    """argparse type: engines, comma-separated."""
+    import argparse
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in ENGINES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: name one or more of {', '.join(ENGINES)}")
+    return names
+
+
 def main(argv: Sequence[str]) -> int:
+    from benchmarks.reliability import overload_report
+
     p = cli.parser("overload", __doc__.split("\n\n")[0])
-    cli.add(p, "model", "model_store", factor={"default": 3.0}, seconds={"default": 20.0},
+    cli.add(p, "model", "model_store", "out", factor={"default": 3.0}, seconds={"default": 20.0},
             job_queue_size={"default": 16})
+    p.add_argument("--engine", type=engines, default=("torchserve",),
+                   help=f"the engines to overload, one after the other ({', '.join(ENGINES)}, comma-separated)")
     args = p.parse_args(argv)
     model = cli.model_or_first(args.model)
-    with TorchServe(args.model_store, load=(model,),
-                    extra_properties={"job_queue_size": str(args.job_queue_size)}) as ts:
-        return cli.verdict(overload(ts, model, capacity(ts, model), args.factor, args.seconds))
+    results = []
+    for engine in args.engine:
+        with server(engine, args.model_store, model, args.job_queue_size) as running:
+            queue, batch, _ = queue_and_ahead(running, model)
+            # As many closed-loop clients as the server holds: fewer leave it idle between requests and
+            # understate its capacity ("3x" is then no overload); more get 503s.
+            rps = capacity(running, model, concurrency=queue + batch)
+            results.append(overload(running, model, rps, args.factor, args.seconds))
+    report = overload_report.write(cli.report_folder(args.out, "overload", model), results,
+                                   cli.command_line("overload", argv))
+    return cli.verdict(*results, report=report)

@@ -7,10 +7,10 @@ requests through `infer` and asks `metadata` for the protocol's model metadata. 
 - at start-up unpacks the archive under the cluster's folder, puts the archive's folder first on
   `sys.path` (as TorchServe's worker does, so the handler package shipped inside the archive is the
   one that runs) and starts its `Handler` on the Ray engine adapter (handlers/engines/ray.py);
+- holds `job_queue_size` requests waiting besides a batch in progress, as TorchServe's queue does:
+  Serve's replica limits (serving/ray/routes_config.py) refuse the next with a 503 at once;
 - reads each request once at the door (key, size, headers, body) into a `Request` record of the
-  handler package; past `job_queue_size` requests waiting (besides a batch in progress) it answers
-  503 at once, as TorchServe's full job queue does; it batches the records with `@serve.batch`:
-  `max_batch_size` and
+  handler package; it batches the records with `@serve.batch`: `max_batch_size` and
   `batch_wait_timeout_s` come from the app's args (TorchServe's batchSize and maxBatchDelay) and a
   deployment's `user_config` changes them at runtime (`reconfigure`);
 - runs one batch at a time on a thread of its own through the handler's batch loop (the one TorchServe's
@@ -21,7 +21,6 @@ requests through `infer` and asks `metadata` for the protocol's model metadata. 
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 import uuid
 from collections.abc import Mapping
@@ -38,7 +37,7 @@ from starlette.responses import Response
 
 from serving.ray import generation
 from serving.ray.archive import Archive
-from serving.ray.routes_config import DEFAULT_JOB_QUEUE_SIZE, DEFAULT_MAX_REQUEST_SIZE
+from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE
 from serving.ray.routes_door import admit, inference_key, url_path
 from serving.ray.serve_config import DEPLOYMENT
 
@@ -67,14 +66,6 @@ def wire(reply: Any) -> tuple[int, str, dict[str, str], bytes]:
     return reply.status, reply.content_type, dict(reply.headers), reply.body
 
 
-def queue_full(model: str, job_queue_size: int) -> tuple[int, str, dict[str, str], bytes]:
-    """TorchServe's answer when a model's job queue is full: 503, ServiceUnavailableException."""
-    message = (f"Model \"{model}\" has {job_queue_size} requests waiting (job_queue_size) besides a batch in "
-               "progress: retry later, or serve it on more replicas")
-    return 503, "application/json", {}, json.dumps({"code": 503, "type": "ServiceUnavailableException",
-                                                     "message": message}).encode()
-
-
 def http(answer: tuple[int, str, dict[str, str], bytes]) -> Response:
     status, content_type, headers, body = answer
     return Response(body, status_code=status, media_type=content_type or None, headers=headers)
@@ -86,11 +77,8 @@ class ArchiveDeployment:
 
     def __init__(self, model: str, archive: str, unpack_root: str, key_file: str = "",
                  max_batch_size: int = 1, batch_wait_timeout_s: float = 0.1,
-                 max_request_size: int = DEFAULT_MAX_REQUEST_SIZE,
-                 job_queue_size: int = DEFAULT_JOB_QUEUE_SIZE) -> None:
+                 max_request_size: int = DEFAULT_MAX_REQUEST_SIZE) -> None:
         self.model = model
-        self.job_queue_size = int(job_queue_size)
-        self.held = 0  # requests in this replica (waiting or in the batch in progress); one event loop counts them
         self.prefix = f"/predictions/{model}"
         self.key = inference_key(key_file)
         self.max_request_size = int(max_request_size)
@@ -120,8 +108,6 @@ class ArchiveDeployment:
 
     async def __call__(self, request: HttpRequest) -> Response:
         """/predictions/<model>[/<version>][/v1/...]: TorchServe's route (and OpenAI's under it)."""
-        if self.full():  # before the body is read: under overload a refusal costs as little as it can
-            return http(queue_full(self.model, self.job_queue_size))
         body, refusal = await admit(request, self.key, self.max_request_size)
         if refusal is not None:
             return refusal
@@ -145,19 +131,10 @@ class ArchiveDeployment:
                          "shape": [-1, -1] if kind == "text" else [-1]}],
         }
 
-    def full(self) -> bool:
-        return self.held >= self.job_queue_size + self.max_batch_size
-
     async def _answer(self, headers: Mapping[str, str], body: bytes, route: str,
                       path: str) -> tuple[int, str, dict[str, str], bytes]:
-        if self.full():
-            return queue_full(self.model, self.job_queue_size)
-        self.held += 1
-        try:
-            record = self.open_http(headers, body, route, path, uuid.uuid4().hex, self.deadline_ms)
-            return wire(await self.handle_batch(record))
-        finally:
-            self.held -= 1
+        record = self.open_http(headers, body, route, path, uuid.uuid4().hex, self.deadline_ms)
+        return wire(await self.handle_batch(record))
 
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.1, max_concurrent_batches=1)
     async def handle_batch(self, batch: list[Any]) -> list[Any]:
@@ -170,5 +147,4 @@ def build(args: dict[str, Any]) -> serve.Application:
         return generation.build(args)
     return ArchiveDeployment.bind(args["model"], args["archive"], args["unpack_root"], args.get("key_file", ""),
                                   int(args.get("max_batch_size", 1)), float(args.get("batch_wait_timeout_s", 0.1)),
-                                  int(args.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE)),
-                                  int(args.get("job_queue_size", DEFAULT_JOB_QUEUE_SIZE)))
+                                  int(args.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE)))

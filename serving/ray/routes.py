@@ -14,7 +14,8 @@ own app takes that one: Serve routes by the longest prefix, so the main route ha
 Health and server metadata answer without a key (probes); everything naming a model takes the
 inference key and the size limit /predictions takes (serving/ray/routes_door.py). A model's request
 goes to its app's deployment (`infer`, `metadata`) through Serve's handle; an unknown model gets
-TorchServe's 404 ModelNotFoundException.
+TorchServe's 404 ModelNotFoundException; one whose replicas hold all they may (Serve's limits: what
+TorchServe's job queue and batch hold) gets TorchServe's 503 ServiceUnavailableException at once.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import re
 from typing import Any, Optional
 
 from ray import serve
+from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
 from serving.ray import generation
 from serving.ray.app import http
-from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE, INGRESS_DEPLOYMENT
-from serving.ray.routes_door import admit, authorised, error, inference_key, invalid_key, json_response
+from serving.ray.routes_config import DEFAULT_JOB_QUEUE_SIZE, DEFAULT_MAX_REQUEST_SIZE, INGRESS_DEPLOYMENT
+from serving.ray.routes_door import admit, authorised, error, inference_key, invalid_key, json_response, queue_full
 
 SERVER_NAME = "ts-ray"
 READY_TIMEOUT_S = 5.0
@@ -41,10 +43,11 @@ _V2 = re.compile(r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?
 @serve.deployment(name=INGRESS_DEPLOYMENT)
 class Ingress:
     def __init__(self, models: list[str], key_file: str = "", max_request_size: int = DEFAULT_MAX_REQUEST_SIZE,
-                 version: str = "") -> None:
+                 version: str = "", job_queue_size: int = DEFAULT_JOB_QUEUE_SIZE) -> None:
         self.models = tuple(models)
         self.key = inference_key(key_file)
         self.max_request_size = int(max_request_size)
+        self.job_queue_size = int(job_queue_size)
         self.version = version
         self._handles: dict[str, Any] = {}
 
@@ -97,7 +100,10 @@ class Ingress:
             body, refusal = await admit(request, self.key, self.max_request_size)
             if refusal is not None:
                 return refusal
-            return http(await handle.infer.remote(dict(request.headers.items()), body))
+            try:
+                return http(await handle.infer.remote(dict(request.headers.items()), body))
+            except BackPressureError:
+                return queue_full(model, self.job_queue_size)
         if tail == "/ready":
             return Response(status_code=200 if await self._ready(model) else 503)
         if v1:  # one path, two protocols: KServe's fields and, for an LM, OpenAI's beside them
@@ -110,5 +116,6 @@ class Ingress:
 def build(args: dict[str, Any]) -> serve.Application:
     """The import path the ingress app names (serving.ray.routes:build)."""
     return Ingress.bind(list(args["models"]), args.get("key_file", ""),
-                        int(args.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE)), str(args.get("version", "")))
+                        int(args.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE)), str(args.get("version", "")),
+                        int(args.get("job_queue_size", DEFAULT_JOB_QUEUE_SIZE)))
 

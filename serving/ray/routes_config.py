@@ -1,7 +1,8 @@
 """The ingress app's entry in a Serve config file (serving/ray/routes.py is the app itself), and the
 limits every app of ours applies at its door: a request body's size (max_request_size) and the
 requests a replica holds (job_queue_size waiting, besides a batch in progress; past them a 503, as
-TorchServe's full job queue answers). Imports nothing of Ray: the launcher, the tuner and the KubeRay
+TorchServe's full job queue answers: Serve's own replica limits, set here, refuse them before any
+code of ours runs). Imports nothing of Ray: the launcher, the tuner and the KubeRay
 manifest write config files without starting it."""
 
 from __future__ import annotations
@@ -35,18 +36,28 @@ class DoorLimits:
         """What one replica holds at most: the waiting requests and a batch in progress."""
         return self.job_queue_size + batch_size
 
+    def replica_limits(self, batch_size: int) -> dict[str, int]:
+        """A model deployment's Serve limits: `held` requests ongoing in a replica (its batcher's queue
+        and batch; an LM's engine admits from them), and job_queue_size more waiting for a slot, past
+        which Serve answers 503 at once, in the replica's HTTP server (or the caller's router) before
+        any code of ours runs, in a few ms even when the replica is saturated. Serve counts a request
+        as waiting from its arrival until it takes a slot, so a smaller wait limit would refuse a burst
+        the replica has room for."""
+        return {"max_ongoing_requests": self.held(batch_size), "max_queued_requests": self.job_queue_size}
+
 
 DEFAULT_LIMITS = DoorLimits()
 
 
-def application(models: list[str], key_file: str, max_request_size: int) -> dict[str, Any]:
+def application(models: list[str], key_file: str, limits: DoorLimits) -> dict[str, Any]:
     """The ingress: one small replica at the root prefix (each model's own app keeps /predictions/<model>,
     the longer prefix); it holds no CPU of the plan's (num_cpus 0)."""
     return {
         "name": INGRESS_APP,
         "route_prefix": "/",
         "import_path": IMPORT_PATH,
-        "args": {"models": list(models), "key_file": key_file, "max_request_size": max_request_size},
+        "args": {"models": list(models), "key_file": key_file, "max_request_size": limits.max_request_size,
+                 "job_queue_size": limits.job_queue_size},
         "deployments": [{"name": INGRESS_DEPLOYMENT, "num_replicas": 1, "max_ongoing_requests": 1000,
                          "ray_actor_options": {"num_cpus": 0}}],
     }
@@ -60,15 +71,15 @@ def model_apps(config: Mapping[str, Any]) -> list[dict[str, Any]]:
 def with_ingress(config: Mapping[str, Any], key_file: str, limits: DoorLimits) -> dict[str, Any]:
     """A copy of a Serve config whose model apps take the door's limits, with the ingress app serving the
     other routes (KServe v1, Open Inference Protocol v2, OpenAI at /v1) for those models; an ingress
-    the file already has is replaced. Serve lets twice what a replica holds reach it, so that the
-    replica's door, not a queue of Serve's without bound, answers the excess."""
+    the file already has is replaced. Each model deployment gets the Serve limits that hold what
+    TorchServe's queue and batch hold (`DoorLimits.replica_limits`)."""
     out = yaml.safe_load(yaml.safe_dump(dict(config)))  # a deep copy
     apps = model_apps(out)
     for app in apps:
-        app["args"].update(max_request_size=limits.max_request_size, job_queue_size=limits.job_queue_size)
+        app["args"]["max_request_size"] = limits.max_request_size
+        app["args"].pop("job_queue_size", None)  # Serve's replica limits below hold it
         for deployment in app["deployments"]:
             batch = int((deployment.get("user_config") or {}).get("max_batch_size", app["args"].get("max_batch_size", 1)))
-            deployment["max_ongoing_requests"] = 2 * limits.held(batch)
-    out["applications"] = [*apps, application([app["args"]["model"] for app in apps], key_file,
-                                              limits.max_request_size)]
+            deployment.update(limits.replica_limits(batch))
+    out["applications"] = [*apps, application([app["args"]["model"] for app in apps], key_file, limits)]
     return out

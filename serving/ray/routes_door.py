@@ -70,6 +70,13 @@ def error(status: int, kind: str, message: str) -> Response:
     return json_response({"code": status, "type": kind, "message": message}, status)
 
 
+def queue_full(model: str, job_queue_size: int) -> Response:
+    """TorchServe's answer when a model's job queue is full: 503, ServiceUnavailableException."""
+    return error(503, "ServiceUnavailableException",
+                 f"Model \"{model}\" has {job_queue_size} requests waiting (job_queue_size) besides a batch in "
+                 "progress: retry later, or serve it on more replicas")
+
+
 def invalid_key() -> Response:
     return json_response(INVALID_KEY, 400)
 

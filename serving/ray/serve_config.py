@@ -81,9 +81,9 @@ class AppPlan:
         deployment: dict[str, Any] = {
             "name": DEPLOYMENT,
             "num_replicas": s.min_workers,
-            # Twice what the replica's door holds (serving/ray/routes_config.py): Serve's default (5) would
-            # keep batches from filling, and the door, not Serve's unbounded queue, refuses the excess.
-            "max_ongoing_requests": 2 * DEFAULT_LIMITS.held(s.batch_size),
+            # What TorchServe's queue and batch hold (serving/ray/routes_config.py): Serve's defaults (5
+            # ongoing, an unbounded queue) would keep batches from filling and queue without bound.
+            **DEFAULT_LIMITS.replica_limits(s.batch_size),
             "ray_actor_options": {"num_cpus": s.threads or 1},
             "user_config": batching,
         }

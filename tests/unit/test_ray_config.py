@@ -94,11 +94,11 @@ def test_the_rayservice_serves_the_ingress_routes_as_make_serve_does(tuned: Path
     ingress = served["applications"][-1]
     assert (ingress["route_prefix"], ingress["import_path"]) == ("/", routes_config.IMPORT_PATH)
     assert ingress["args"] == {"models": ["a", "b"], "key_file": f"{rayservice.KEY_DIR}/key_file.json",
-                               "max_request_size": 1234}
+                               "max_request_size": 1234, "job_queue_size": 7}
     assert {app["args"]["max_request_size"] for app in served["applications"]} == {1234}
-    assert {app["args"]["job_queue_size"] for app in served["applications"][:-1]} == {7}
     a = served["applications"][0]["deployments"][0]
-    assert a["max_ongoing_requests"] == 2 * (7 + a["user_config"]["max_batch_size"])
+    # Ongoing: what TorchServe's queue and batch hold; Serve refuses past job_queue_size more waiting.
+    assert (a["max_ongoing_requests"], a["max_queued_requests"]) == (7 + a["user_config"]["max_batch_size"], 7)
     assert size.worker_pods == 3 and "rayservice.yaml: valid" in rayservice.validate(doc)
     launched = routes_config.with_ingress(yaml.safe_load(tuned.read_text()), "/k.json",  # the launcher's file
                                           routes_config.DoorLimits(99))

@@ -84,9 +84,10 @@ def test_url_path_and_the_inference_key():
 
 
 def test_the_ingress_app_takes_the_root_and_every_model_app_the_size_limit():
-    app = routes_config.application(["a", "b"], "/k/key_file.json", 1234)
+    app = routes_config.application(["a", "b"], "/k/key_file.json", routes_config.DoorLimits(1234, 9))
     assert (app["route_prefix"], app["import_path"]) == ("/", "serving.ray.routes:build")
-    assert app["args"] == {"models": ["a", "b"], "key_file": "/k/key_file.json", "max_request_size": 1234}
+    assert app["args"] == {"models": ["a", "b"], "key_file": "/k/key_file.json", "max_request_size": 1234,
+                           "job_queue_size": 9}
     assert app["deployments"][0]["ray_actor_options"] == {"num_cpus": 0}  # takes none of the plan's CPUs
 
 
@@ -203,11 +204,12 @@ def test_a_json_body_that_does_not_decode_reaches_the_family_as_bytes_as_on_torc
 
 
 def test_a_refusal_for_a_full_queue_names_it_as_torchserve_does():
-    from serving.ray.app import queue_full
+    from serving.ray.routes_door import queue_full
 
-    status, media, _, body = queue_full("digits", 16)
-    doc = json.loads(body)
-    assert (status, media, doc["code"], doc["type"]) == (503, "application/json", 503, "ServiceUnavailableException")
+    reply = queue_full("digits", 16)
+    doc = json.loads(reply.body)
+    assert (reply.status_code, reply.media_type, doc["code"], doc["type"]) == (
+        503, "application/json", 503, "ServiceUnavailableException")
     assert "job_queue_size" in doc["message"] and "16" in doc["message"]
 
 
@@ -226,3 +228,31 @@ def test_each_cluster_gives_its_replicas_ports_of_its_own():
             assert high - low + 1 == nodes.REPLICA_PORT_BLOCK and high < 30000
             spans.append(set(range(low, high + 1)))
     assert all(not a & b for i, a in enumerate(spans) for b in spans[i + 1:])
+
+
+def test_the_ingress_answers_a_model_whose_replicas_are_full_with_torchserves_503():
+    """Serve's router refuses a handle call past the model's replica limits (BackPressureError): the
+    ingress answers it as TorchServe's full queue does, never a 500."""
+    import asyncio
+
+    from ray.serve.exceptions import BackPressureError
+    from starlette.requests import Request as HttpRequest
+
+    from serving.ray.routes import Ingress
+
+    class Full:
+        async def remote(self, *args):
+            raise BackPressureError(num_queued_requests=1, max_queued_requests=1)
+
+    ingress = Ingress.func_or_class(["digits"], job_queue_size=16)
+    ingress._handles["digits"] = type("Handle", (), {"infer": Full()})()
+    body = b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}'
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    scope = {"type": "http", "method": "POST", "path": "/v2/models/digits/infer", "headers": [], "query_string": b""}
+    reply = asyncio.run(Ingress.func_or_class.__call__(ingress, HttpRequest(scope, receive)))
+    doc = json.loads(reply.body)
+    assert (reply.status_code, doc["type"]) == (503, "ServiceUnavailableException"), reply.body
+    assert "16" in doc["message"]

@@ -50,14 +50,14 @@ def test_soak_growth_compares_after_warm_up_with_the_end():
 def overload_result(**changes):
     values = dict(model="m", capacity_rps=10.0, offered_rps=30.0, seconds=15.0, job_queue_size=16,
                   traffic=Traffic(450, 450, 150, MappingProxyType({"503": 300})), p99_ok_ms=2000.0,
-                  p99_bound_ms=p99_bound_ms(16, 8, 10.0), rss_before=MappingProxyType({"frontend": 100, "workers": 100}),
+                  p99_bound_ms=p99_bound_ms(16 + 2 * 8, 10.0), rss_before=MappingProxyType({"frontend": 100, "workers": 100}),
                   rss_peak=MappingProxyType({"frontend": 120, "workers": 110}), healthy_after=())
     values.update(changes)
     return OverloadResult(**values)
 
 
 def test_overload_verdicts():
-    assert p99_bound_ms(16, 8, 10.0) == pytest.approx(1000 * (2 * 32 / 10 + 0.5))
+    assert p99_bound_ms(16 + 2 * 8, 10.0) == pytest.approx(1000 * (2 * 32 / 10 + 0.5))
     assert overload_result().passed and overload_result().rejected_503 == 300
     no_503 = overload_result(traffic=Traffic(450, 450, 450))
     assert any("never filled" in p for p in no_503.problems)
@@ -67,6 +67,27 @@ def test_overload_verdicts():
     assert overload_result(healthy_after=("queue not drained",)).problems == ("queue not drained",)
     assert overload_result(served_rps=5.0).passed  # half the capacity of 10: slowed, not collapsed
     assert any("throughput collapsed" in p for p in overload_result(served_rps=1.0).problems)
+
+
+def test_the_overload_report_puts_the_engines_side_by_side(tmp_path):
+    import json
+
+    from benchmarks.load.stats import summarize
+    from benchmarks.reliability import overload_report
+
+    slow = summarize([7.9] * 1000)
+    results = [overload_result(served_rps=5.0, accepted=summarize([0.1] * 1000), refused=summarize([0.002] * 1000),
+                               timeline=((0, 50, 100.0, 100, 2.0), (1, 50, 110.0, 100, 3.0))),
+               overload_result(engine="ray", served_rps=8.0, p99_ok_ms=slow.p99_ms, accepted=slow,
+                               refused=summarize([0.05] * 1000), timeline=((0, 80, 7900.0, 70, 50.0),))]
+    report = overload_report.write(tmp_path, results, "python -m benchmarks overload --engine torchserve,ray")
+    text = report.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| TorchServe") or line.startswith("| Ray")]
+    assert len(rows) == 2 and "| passed |" in rows[0] and "FAILED: accepted p99 7900 ms over the bound" in rows[1]
+    assert "5.0 (0.50x)" in rows[0] and "100 / 100" in rows[0] and "7900 / 7900" in rows[1]
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert [r["engine"] for r in saved["results"]] == ["torchserve", "ray"]
+    assert (tmp_path / "overload.png").stat().st_size > 0
 
 
 def test_kill_verdicts():
