@@ -37,9 +37,8 @@ from starlette.responses import Response
 
 from serving.ray import generation
 from serving.ray.archive import Archive
-from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE
+from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE, DEPLOYMENT
 from serving.ray.routes_door import admit, inference_key, url_path
-from serving.ray.serve_config import DEPLOYMENT
 
 PLAIN, KSERVE = "plain", "kserve"  # the handler package's route names (handlers/request.py)
 

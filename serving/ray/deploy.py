@@ -34,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     from ray.serve.schema import ApplicationStatus, ServeDeploySchema
 
     config = ServeDeploySchema.model_validate(yaml.safe_load(args.config.read_text(encoding="utf-8")))
-    ray.init(address=args.address, namespace="serve", logging_level="warning", log_to_driver=False)
+    from serving.ray.worker_setup import SETUP_HOOK
+
+    # Serve's controller and proxies are actors of this job: they take its runtime_env's hook
+    ray.init(address=args.address, namespace="serve", logging_level="warning", log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": SETUP_HOOK})
     client = serve_api.serve_start(http_options=config.http_options.model_dump(),
                                    proxy_location=config.proxy_location,
                                    grpc_options=gRPCOptions(**config.grpc_options.model_dump()))

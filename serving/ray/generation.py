@@ -51,9 +51,8 @@ from starlette.responses import Response, StreamingResponse
 
 from serving.errors import StartupError
 from serving.ray.archive import Archive
-from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE
+from serving.ray.routes_config import DEFAULT_MAX_REQUEST_SIZE, DEPLOYMENT
 from serving.ray.routes_door import admit, inference_key, json_response, url_path
-from serving.ray.serve_config import DEPLOYMENT
 
 log = logging.getLogger(__name__)
 

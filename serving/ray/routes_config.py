@@ -13,10 +13,13 @@ from typing import Any
 
 import yaml
 
+from serving.ray.worker_setup import SETUP_HOOK
+
 DEFAULT_MAX_REQUEST_SIZE = 6553500  # TorchServe's max_request_size when config.properties sets none
 DEFAULT_JOB_QUEUE_SIZE = 100  # TorchServe's job_queue_size when config.properties sets none
 INGRESS_APP = "ingress"
 INGRESS_DEPLOYMENT = "Ingress"
+DEPLOYMENT = "Archive"  # the one deployment of each model app (serving/ray/app.py)
 IMPORT_PATH = "serving.ray.routes:build"
 
 
@@ -82,4 +85,7 @@ def with_ingress(config: Mapping[str, Any], key_file: str, limits: DoorLimits) -
             batch = int((deployment.get("user_config") or {}).get("max_batch_size", app["args"].get("max_batch_size", 1)))
             deployment.update(limits.replica_limits(batch))
     out["applications"] = [*apps, application([app["args"]["model"] for app in apps], key_file, limits)]
+    for app in out["applications"]:
+        # a runtime_env's own hook wins
+        app.setdefault("runtime_env", {}).setdefault("worker_process_setup_hook", SETUP_HOOK)
     return out

@@ -25,11 +25,10 @@ from typing import Any, Optional
 import yaml
 
 from serving.errors import ConfigError
-from serving.ray.routes_config import DEFAULT_LIMITS, DoorLimits
+from serving.ray.routes_config import DEFAULT_LIMITS, DEPLOYMENT, DoorLimits
 from serving.ts_config import ModelSettings, ServerConfig
 
 IMPORT_PATH = "serving.ray.app:build"
-DEPLOYMENT = "Archive"  # the one deployment of each app (serving/ray/app.py)
 SERVE_PORT = 8000  # Serve's default HTTP port (the RayService's serve Service targets it)
 PORTABLE_UNPACK_ROOT = "/tmp"
 

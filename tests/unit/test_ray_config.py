@@ -14,6 +14,7 @@ from deployment.errors import DeployError, ValidationFailed
 from deployment.kuberay import rayservice
 from serving.errors import ConfigError
 from serving.ray import routes_config, serve_config
+from serving.ray.worker_setup import SETUP_HOOK
 from serving.ts_config import ModelSettings
 
 
@@ -157,3 +158,13 @@ def test_the_clusters_request_timeout_reads_back_as_each_models_response_timeout
     config["http_options"]["request_timeout_s"] = 45.0
     serve_config.write(tuned, config)
     assert {p.settings.response_timeout_s for p in serve_config.read(tuned, tuned.parent / "model_store")} == {45}
+
+
+def test_every_app_runs_the_workers_setup_hook_unless_its_runtime_env_names_its_own(tuned: Path) -> None:
+    config = yaml.safe_load(tuned.read_text())
+    config["applications"][1]["runtime_env"] = {"env_vars": {"X": "1"}}
+    config["applications"][0]["runtime_env"] = {"worker_process_setup_hook": "mine.setup"}
+    out = routes_config.with_ingress(config, "/k.json", routes_config.DoorLimits())
+    hooks = [app["runtime_env"]["worker_process_setup_hook"] for app in out["applications"]]
+    assert hooks == ["mine.setup", SETUP_HOOK, SETUP_HOOK]
+    assert out["applications"][1]["runtime_env"]["env_vars"] == {"X": "1"}

@@ -256,3 +256,24 @@ def test_the_ingress_answers_a_model_whose_replicas_are_full_with_torchserves_50
     doc = json.loads(reply.body)
     assert (reply.status_code, doc["type"]) == (503, "ServiceUnavailableException"), reply.body
     assert "16" in doc["message"]
+
+
+INGRESS_IMPORTS = textwrap.dedent("""
+    import sys
+    from serving.ray.worker_setup import setup
+    setup()  # what Ray runs in each worker before its actor
+    import serving.ray.routes
+    from ray.serve._private import utils
+    from ray._private.arrow_serialization import _register_custom_datasets_serializers
+    _register_custom_datasets_serializers(None)  # Ray's serialiser: returns at once when pyarrow is absent
+    loaded = sorted(m for m in ("torch", "pandas", "pyarrow") if sys.modules.get(m) is not None)
+    assert loaded == [] and utils.pd is None, (loaded, utils.pd)
+""")
+
+
+def test_the_ingress_replica_loads_no_torch_and_serve_no_pandas_or_pyarrow():
+    """The ingress app's replica holds no model: it imports no torch; and with the workers' setup hook
+    Serve's and Ray's optional imports of pandas and pyarrow find them absent."""
+    done = subprocess.run([sys.executable, "-c", INGRESS_IMPORTS], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
