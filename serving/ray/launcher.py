@@ -197,6 +197,9 @@ class RayServe:
             # responsive; the replicas are the servers here and run at the niceness of the caller,
             # as TorchServe's workers do. A caller's own RAY_worker_niceness wins.
             RAY_worker_niceness=env.get("RAY_worker_niceness", "0"),
+            # Ray prestarts a worker without a runtime_env for the first driver; ours (serving/ray/deploy.py)
+            # has one (the setup hook), so that worker would idle for the cluster's life.
+            RAY_prestart_worker_first_driver="0",
             **nodes.replica_port_env(),
             **{MARKER_ENV: str(workdir)},
         )
