@@ -27,6 +27,8 @@ VERBS = {
     "ray-generation": ("benchmarks.bench.ray_generation", "an LM on Ray Serve (1, 2 replicas) against TorchServe's async mode"),
     "engines": ("benchmarks.bench.engines", "TorchServe against Ray Serve (proxy, HAProxy): ready, idle memory, "
                                             "p50 at one client, capacity at the SLO; --generation: an LM"),
+    "footprint": ("benchmarks.bench.footprint", "the whole server (make serve's models) on TorchServe and Ray "
+                                                "Serve: ready, idle memory by process role, stop"),
     "device-check": ("benchmarks.bench.device_check", "every family on the CPU and CUDA in-process: agreement, "
                                                       "items/s, CUDA graphs, GPU memory"),
     "variants": ("benchmarks.bench.export_variants", "each variant of a model built alone: export and build "
