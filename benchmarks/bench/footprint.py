@@ -24,8 +24,6 @@ from typing import Any
 import psutil
 
 from benchmarks.load import cli
-from benchmarks.reliability.overload import engines
-from benchmarks.reliability.overload_report import ENGINE_NAMES
 from serving.launcher import TorchServe
 from serving.ray import serve_config
 from serving.ray.launcher import RayServe
@@ -38,7 +36,7 @@ MIB = 2**20
 # A process's role, from its title (the first match wins): what each engine's memory is made of.
 ROLES = (
     ("model processes", ("model_service_worker", "ServeReplica:")),
-    ("frontend (JVM)", ("java",)),
+    ("frontend (JVM)", ("org.pytorch.serve.ModelServer",)),
     ("Serve controller and proxies", ("ServeController", "ProxyActor", "HAProxyManager")),
     ("HAProxy", ("haproxy",)),
     ("node (ray start)", ("bin/ray start",)),
@@ -119,12 +117,12 @@ def summary(runs: Sequence[dict[str, Any]], engine_names: Sequence[str]) -> list
 
 def markdown(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], command: str) -> str:
     base = rows[0]
-    lines = [f"# The whole server's footprint, {' against '.join(ENGINE_NAMES[r['engine']] for r in rows)}", "",
+    lines = [f"# The whole server's footprint, {' against '.join(cli.ENGINE_NAMES[r['engine']] for r in rows)}", "",
              f"`{command}` ({psutil.cpu_count()} cores; medians over rounds, engines alternating; ratios "
-             f"against {ENGINE_NAMES[base['engine']]})", ""]
+             f"against {cli.ENGINE_NAMES[base['engine']]})", ""]
     lines += cli.table(("engine", "models", "rounds", "ready s", "idle PSS MiB", "per model MiB",
                         "model processes MiB", "stop s"),
-                       [(ENGINE_NAMES[r["engine"]], r["models"], r["rounds"],
+                       [(cli.ENGINE_NAMES[r["engine"]], r["models"], r["rounds"],
                          f"{r['ready_s']} ({r['ready_s'] / base['ready_s']:.2f}x)", f"{r['pss_mib']:.0f}",
                          f"{r['pss_per_model_mib']:.0f} ({r['pss_per_model_mib'] / base['pss_per_model_mib']:.2f}x)",
                          f"{r['model_pss_mib']:.0f} ({r['model_pss_mib'] / base['model_pss_mib']:.2f}x)",
@@ -132,7 +130,7 @@ def markdown(runs: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], com
     lines += ["", "Each round, memory by role (PSS MiB, processes):", ""]
     names = _present(runs)
     lines += cli.table(("round, engine", *names),
-                       [(f"{i // len(rows) + 1}, {ENGINE_NAMES[r['engine']]}",
+                       [(f"{i // len(rows) + 1}, {cli.ENGINE_NAMES[r['engine']]}",
                          *(f"{r['roles'][n]['pss_mib']:.0f} ({r['roles'][n]['processes']:.0f})" if n in r["roles"]
                            else "-" for n in names)) for i, r in enumerate(runs)])
     return "\n".join([*lines, "", "![memory by role](footprint.png)", ""])
@@ -145,7 +143,7 @@ def _present(runs: Sequence[dict[str, Any]]) -> list[str]:
 def plot(path: Path, runs: Sequence[dict[str, Any]]) -> None:
     """Stacked PSS by role, one bar per round and engine."""
     names = _present(runs)
-    labels = [f"{ENGINE_NAMES[r['engine']]}\nround {i}" for i, r in enumerate(runs, 1)]
+    labels = [f"{cli.ENGINE_NAMES[r['engine']]}\nround {i}" for i, r in enumerate(runs, 1)]
     with cli.figure(path, figsize=(max(6, 1.6 * len(runs)), 5)) as ax:
         bottom = [0.0] * len(runs)
         for name in names:
@@ -161,7 +159,7 @@ def plot(path: Path, runs: Sequence[dict[str, Any]]) -> None:
 def main(argv: Sequence[str]) -> int:
     p = cli.parser("footprint", __doc__.splitlines()[0])
     cli.add(p, "model_store", "out", "config")
-    p.add_argument("--engine", type=engines, default=("torchserve", "ray"), help="engines, comma-separated")
+    p.add_argument("--engine", type=cli.engines, default=("torchserve", "ray"), help="engines, comma-separated")
     p.add_argument("--rounds", type=int, default=2, help="starts per engine")
     args = p.parse_args(argv)
     if args.rounds < 1:
@@ -181,6 +179,6 @@ def main(argv: Sequence[str]) -> int:
                                         encoding="utf-8")
     (folder / "report.md").write_text(markdown(runs, rows, command), encoding="utf-8")
     plot(folder / "footprint.png", runs)
-    print("\n".join(markdown(runs, rows, command).splitlines()[4:5 + len(rows)]))
+    print("\n".join(markdown(runs, rows, command).splitlines()[4:6 + len(rows)]))
     print(f"report: {folder / 'report.md'}")
     return 0

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Optional
 
 from serving.repo import DEFAULT_CONFIG, MODEL_STORE, REPO_ROOT, REPORTS
@@ -213,3 +214,16 @@ def figure(path: Path, *args: Any, dpi: int = 110, **kwargs: Any) -> Iterator[An
         fig.savefig(path, dpi=dpi)
     finally:
         plt.close(fig)
+
+
+ENGINES = ("torchserve", "ray")
+ENGINE_NAMES = MappingProxyType({"torchserve": "TorchServe", "ray": "Ray Serve (HAProxy)"})
+
+
+def engines(text: str) -> tuple[str, ...]:
+    """argparse type of --engine: engines, comma-separated."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in ENGINES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: name one or more of {', '.join(ENGINES)}")
+    return names

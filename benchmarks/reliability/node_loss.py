@@ -15,7 +15,6 @@ is 200), and, when a node is spare, the time until the replicas are back to thei
 from __future__ import annotations
 
 import json
-import os
 import signal
 import tempfile
 import time
@@ -154,8 +153,8 @@ def run(plan: NodeLossPlan, model_store: Path, progress: Progress = say) -> Node
         config = serve_file(model_store, plan, Path(folder))
         with RayServe(model_store, serve_file=config, worker_nodes=plan.worker_nodes,  # as measured: Serve's proxy
                       num_cpus=plan.cpus_per_node, haproxy=False) as ray_serve:
-            gcs = gcs_address(ray_serve)
-            before = placement(gcs, os.environ)
+            gcs, env = gcs_address(ray_serve), ray_serve.driver_env()
+            before = placement(gcs, env)
             replica_nodes = tuple(before.replica_nodes(plan.model))
             progress(f"{len(replica_nodes)} replica(s) of {plan.model} on nodes {[n[:8] for n in replica_nodes]}")
             killed_node, node_pid = _victim(ray_serve, before, plan.model)
@@ -168,12 +167,12 @@ def run(plan: NodeLossPlan, model_store: Path, progress: Progress = say) -> Node
                 killed = kill_node(node_pid)
                 # A spare node: the lost replica can come back there (polled under the load); none: the load goes on.
                 spare = 1 + plan.worker_nodes > plan.replicas
-                replicas_back = _wait_replicas(gcs, plan, killed_node, killed_at, killed_at + plan.after_s) if spare else None
+                replicas_back = _wait_replicas(gcs, env, plan, killed_node, killed_at, killed_at + plan.after_s) if spare else None
                 time.sleep(max(0.0, killed_at + plan.after_s - time.perf_counter()))
                 traffic = loop.stop()
             if replicas_back is None and spare:
-                replicas_back = _wait_replicas(gcs, plan, killed_node, killed_at, time.perf_counter() + plan.replace_wait_s)
-            after = placement(gcs, os.environ)
+                replicas_back = _wait_replicas(gcs, env, plan, killed_node, killed_at, time.perf_counter() + plan.replace_wait_s)
+            after = placement(gcs, env)
             samples = loop.snapshot()
             late = [s for s in samples if s.sent >= killed_at]
             failed = [s.done - killed_at for s in samples if s.status != 200 and s.done >= killed_at]
@@ -183,10 +182,10 @@ def run(plan: NodeLossPlan, model_store: Path, progress: Progress = say) -> Node
                                   replicas_back, tuple(after.replica_nodes(plan.model)))
 
 
-def _wait_replicas(gcs: str, plan: NodeLossPlan, killed_node: str, killed_at: float, until: float) -> Optional[float]:
+def _wait_replicas(gcs: str, env: dict[str, str], plan: NodeLossPlan, killed_node: str, killed_at: float, until: float) -> Optional[float]:
     """Seconds from the kill until `plan.replicas` live replicas, none on the killed node; None by `until`."""
     while time.perf_counter() < until:
-        where = placement(gcs, os.environ)
+        where = placement(gcs, env)
         alive = [n for n in where.replica_nodes(plan.model) if n != killed_node]
         if len(alive) >= plan.replicas and killed_node not in where.replica_nodes(plan.model):
             return time.perf_counter() - killed_at

@@ -39,8 +39,6 @@ from serving.ray.launcher import RayServe
 from serving.repo import DEFAULT_CONFIG
 from serving.ts_config import ServerConfig
 
-ENGINES = ("torchserve", "ray")
-
 # Memory may rise with a burst (buffers, JVM heap) but not without bound: peak RSS during the
 # overload at most this much above the RSS just before it, per process group.
 RSS_BOUND_PCT = MappingProxyType({FRONTEND: 50.0, WORKERS: 25.0})
@@ -235,25 +233,14 @@ def server(engine: str, store, model: str, job_queue_size: int) -> TorchServe | 
                                                                 **soak.soak_vmargs()})
 
 
-def engines(text: str) -> tuple[str, ...]:
-    """argparse type: engines, comma-separated."""
-    import argparse
-
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in ENGINES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"{text!r}: name one or more of {', '.join(ENGINES)}")
-    return names
-
-
 def main(argv: Sequence[str]) -> int:
     from benchmarks.reliability import overload_report
 
     p = cli.parser("overload", __doc__.split("\n\n")[0])
     cli.add(p, "model", "model_store", "out", factor={"default": 3.0}, seconds={"default": 20.0},
             job_queue_size={"default": 16})
-    p.add_argument("--engine", type=engines, default=("torchserve",),
-                   help=f"the engines to overload, one after the other ({', '.join(ENGINES)}, comma-separated)")
+    p.add_argument("--engine", type=cli.engines, default=("torchserve",),
+                   help=f"the engines to overload, one after the other ({', '.join(cli.ENGINES)}, comma-separated)")
     args = p.parse_args(argv)
     model = cli.model_or_first(args.model)
     results = []

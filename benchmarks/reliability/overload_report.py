@@ -12,8 +12,6 @@ from typing import Any, Optional
 from benchmarks.load import cli, stats
 from benchmarks.load.resources import FRONTEND, WORKERS
 
-ENGINE_NAMES = {"torchserve": "TorchServe", "ray": "Ray Serve (HAProxy)"}
-
 
 def _ms(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.0f}"
@@ -26,7 +24,7 @@ def _tail(summary: Optional[stats.LatencySummary]) -> str:
 def rows(results: Sequence[Any]) -> list[tuple]:
     out = []
     for r in results:
-        out.append((ENGINE_NAMES.get(r.engine, r.engine), f"{r.capacity_rps:.1f}", f"{r.offered_rps:.0f}",
+        out.append((cli.ENGINE_NAMES.get(r.engine, r.engine), f"{r.capacity_rps:.1f}", f"{r.offered_rps:.0f}",
                     r.traffic.sent, r.traffic.ok, r.rejected_503, r.traffic.lost,
                     f"{r.served_rps:.1f} ({r.served_rps / r.capacity_rps:.2f}x)" if r.served_rps else "-",
                     _tail(r.accepted), _ms(r.p99_bound_ms), _tail(r.refused),
@@ -38,7 +36,7 @@ def rows(results: Sequence[Any]) -> list[tuple]:
 def markdown(results: Sequence[Any], command: str) -> str:
     first = results[0]
     lines = [
-        f"# Overload: {first.model} on {', '.join(ENGINE_NAMES.get(r.engine, r.engine) for r in results)}",
+        f"# Overload: {first.model} on {', '.join(cli.ENGINE_NAMES.get(r.engine, r.engine) for r in results)}",
         "",
         f"Command: `{command}`. Each engine in turn, a fresh server of {first.model} alone with "
         f"job_queue_size {first.job_queue_size} and the shipped values; its capacity measured first "
@@ -64,7 +62,7 @@ def markdown(results: Sequence[Any], command: str) -> str:
 def plot(results: Sequence[Any], path: Path) -> None:
     with cli.figure(path, 1, 2, figsize=(11, 4)) as axes:
         for r in results:
-            name = ENGINE_NAMES.get(r.engine, r.engine)
+            name = cli.ENGINE_NAMES.get(r.engine, r.engine)
             seconds = [row[0] for row in r.timeline]
             for ax, index, title in ((axes[0], 2, "accepted (200)"), (axes[1], 4, "refused (503)")):
                 ax.plot(seconds, [row[index] for row in r.timeline], "o-", label=name)

@@ -99,6 +99,7 @@ class RayServe:
         self.started_s: Optional[float] = None  # seconds from start() to ready
         self._nodes: list[subprocess.Popen] = []
         self._client: Optional[Client] = None
+        self._driver_env: Optional[dict[str, str]] = None
         self._old_sigterm: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -165,7 +166,7 @@ class RayServe:
         (workdir / "archives").mkdir()
         (workdir / "logs").mkdir()
         key_file = _write_keys(workdir / "key_file.json")
-        env = self._env(workdir)
+        env = self._driver_env = self._env(workdir)
         self.head = nodes.head(self.num_cpus, workdir / "session", self.dashboard)
         self._start_node(self.head, env, deadline)
         gcs = f"{nodes.HOST}:{self.head.ports['port']}"
@@ -223,7 +224,22 @@ class RayServe:
                 RAY_SERVE_HAPROXY_METRICS_PORT=str(metrics),
             )
         env.update(self.extra_env)
+        if "RAY_AUTH_MODE" not in env:
+            # Ray's gRPC servers (GCS, raylets, workers) listen on every interface: without a token anyone
+            # who can reach a port can join as a driver and run code. Each cluster gets its own token.
+            token = workdir / "ray_auth_token"
+            token.touch(mode=0o600)
+            token.write_text(secrets.token_hex(32), encoding="utf-8")
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+            env.pop("RAY_AUTH_TOKEN", None)
         return env
+
+    def driver_env(self) -> dict[str, str]:
+        """The environment a driver process of this cluster needs (its token among it)."""
+        self._require_workdir()
+        if self._driver_env is None:
+            raise LauncherError("the Ray cluster is not started yet")
+        return dict(self._driver_env)
 
     def _start_node(self, node: nodes.NodeSpec, env: dict[str, str], deadline: float) -> None:
         workdir = self._require_workdir()

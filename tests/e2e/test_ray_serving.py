@@ -8,6 +8,8 @@ under load and an overload refused at once past job_queue_size; a stop that leav
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -191,6 +193,23 @@ def test_replicas_listen_on_their_clusters_own_ports(ray_serve):
         listening = {c.laddr.port for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
         assert listening & set(range(low, low + 100)), (low, sorted(listening))
         assert not listening & set(range(30000, 31001)), sorted(listening)
+
+
+DRIVER = "import sys, ray; ray.init(address=sys.argv[1], logging_level='error'); print(len(ray.nodes()))"
+
+
+def test_a_driver_needs_the_clusters_token(ray_serve):
+    """Ray's gRPC servers listen beyond loopback: a driver without the cluster's token is refused, so a
+    port within reach is not a way to run code; with it (the launcher's drivers), it joins."""
+    env = ray_serve.driver_env()
+    gcs = f"127.0.0.1:{ray_serve.head.ports['port']}"
+    joined = subprocess.run([sys.executable, "-c", DRIVER, gcs], env=env, capture_output=True, text=True,
+                            timeout=120, cwd=REPO_ROOT)
+    assert joined.returncode == 0 and joined.stdout.strip().splitlines()[-1] == "1", joined.stderr[-2000:]
+    stranger = {k: v for k, v in env.items() if not k.startswith("RAY_AUTH")}
+    refused = subprocess.run([sys.executable, "-c", DRIVER, gcs], env=stranger, capture_output=True, text=True,
+                             timeout=120, cwd=REPO_ROOT)
+    assert refused.returncode != 0 and "auth" in refused.stderr.lower(), (refused.stdout, refused.stderr[-2000:])
 
 
 def test_a_replica_killed_under_load_loses_no_request(ray_serve):

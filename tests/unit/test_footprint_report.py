@@ -19,6 +19,7 @@ def proc(name: str, *cmdline: str):
     (proc("ray::ServeController.listen_for_change"), "Serve controller and proxies"),
     (proc("ray", "/v/bin/python", "/v/bin/ray", "start", "--block", "--head"), "node (ray start)"),
     (proc("gcs_server", "/v/ray/core/src/ray/gcs/gcs_server"), OTHER),
+    (proc("raylet", "/v/raylet", "--java_worker_command=", "--cpp_worker_command="), OTHER),
 ])
 def test_each_process_gets_its_role(p, want):
     assert role(p) == want
