@@ -37,6 +37,16 @@ def loopback_port_free(port: int) -> bool:
     return True
 
 
+def port_free_everywhere(port: int) -> bool:
+    """Whether `port` can be bound on every interface now (so on 127.0.0.1 too)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("0.0.0.0", port))  # bound, never listened on  # noqa: S104
+        except OSError:
+            return False
+    return True
+
+
 def process(pid: int | None) -> psutil.Process | None:
     if pid is None:
         return None

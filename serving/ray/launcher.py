@@ -100,6 +100,7 @@ class RayServe:
         self._nodes: list[subprocess.Popen] = []
         self._client: Optional[Client] = None
         self._driver_env: Optional[dict[str, str]] = None
+        self._haproxy_ports: tuple[int, ...] = ()
         self._old_sigterm: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -172,7 +173,7 @@ class RayServe:
         gcs = f"{nodes.HOST}:{self.head.ports['port']}"
         for index in range(1, self.worker_nodes + 1):
             self._start_node(nodes.worker(index, self.num_cpus, gcs), env, deadline)
-        http_port = processes.free_loopback_ports(1)[0]
+        http_port = nodes.spare_ports(1, avoid=self._haproxy_ports)[0]
         config = serve_config.write(workdir / "serve.yaml", self._with_routes(serve_config.serve_config(
             self.apps, http_port, workdir / "archives", key_file) if self.serve_file is None else serve_config.localise(
             yaml.safe_load(self.serve_file.read_text(encoding="utf-8")), self.model_store, http_port,
@@ -212,7 +213,7 @@ class RayServe:
         if self.haproxy:
             haproxy_dir = workdir / "haproxy"
             haproxy_dir.mkdir()
-            stats, metrics = processes.free_loopback_ports(2)
+            stats, metrics = self._haproxy_ports = nodes.spare_ports(2)
             env.update(
                 RAY_SERVE_ENABLE_HA_PROXY="1",
                 RAY_SERVE_HAPROXY_CONFIG_FILE_LOC=str(haproxy_dir / "haproxy.cfg"),

@@ -8,6 +8,7 @@ so the launcher can end them all by process group and by marker variable.
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -76,7 +77,12 @@ def worker(index: int, num_cpus: int, gcs_address: str) -> NodeSpec:
 # it, and a port a dead replica freed could go to the other cluster's replica, which the first
 # cluster's HAProxy would then send its requests to. Each cluster takes its own block of free ones.
 REPLICA_PORT_BLOCK = 100
-REPLICA_PORT_SPAN = (10000, 30000)  # below Linux's ephemeral range and Serve's own default
+# Ports a cluster's processes bind late (replicas, HAProxy, Serve's HTTP port) come from above Ray's
+# worker ports (10002-19999) and below Linux's ephemeral range (32768-60999) and Serve's own default
+# (30000): a free port picked there is not taken meanwhile by a port-0 bind or an outgoing connection
+# of the processes that start first.
+REPLICA_PORT_SPAN = (20000, 28000)
+SPARE_PORT_SPAN = (28000, 30000)
 
 
 def replica_port_env(rng: Optional[random.Random] = None, tries: int = 50) -> dict[str, str]:
@@ -97,3 +103,17 @@ def replica_port_env(rng: Optional[random.Random] = None, tries: int = 50) -> di
                         "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc + REPLICA_PORT_BLOCK - 1)}
     raise LauncherError(f"no two blocks of {REPLICA_PORT_BLOCK} free loopback ports in {low}-{high} for the "
                         "replicas: free some ports, or stop other servers")
+
+
+def spare_ports(count: int, avoid: Collection[int] = (), rng: Optional[random.Random] = None,
+                tries: int = 500) -> tuple[int, ...]:
+    """`count` distinct ports of SPARE_PORT_SPAN, none in `avoid`, each free on every interface when picked."""
+    rng = rng or random.Random()
+    low, high = SPARE_PORT_SPAN
+    picked: list[int] = []
+    for port in rng.sample(range(low, high), min(tries, high - low)):
+        if port not in avoid and processes.port_free_everywhere(port):
+            picked.append(port)
+            if len(picked) == count:
+                return tuple(picked)
+    raise LauncherError(f"no {count} free ports in {low}-{high} for the cluster: free some ports, or stop other servers")

@@ -225,9 +225,25 @@ def test_each_cluster_gives_its_replicas_ports_of_its_own():
         for kind in ("HTTP", "GRPC"):
             low = int(env[f"RAY_SERVE_DIRECT_INGRESS_MIN_{kind}_PORT"])
             high = int(env[f"RAY_SERVE_DIRECT_INGRESS_MAX_{kind}_PORT"])
-            assert high - low + 1 == nodes.REPLICA_PORT_BLOCK and high < 30000
+            assert high - low + 1 == nodes.REPLICA_PORT_BLOCK and 20000 <= low and high < nodes.SPARE_PORT_SPAN[0]
             spans.append(set(range(low, high + 1)))
     assert all(not a & b for i, a in enumerate(spans) for b in spans[i + 1:])
+
+
+def test_the_ports_a_cluster_binds_late_are_free_and_clear_of_rays_own_and_the_ephemeral_range():
+    """HAProxy's ports and Serve's HTTP port are bound after every Ray process started: picked from a
+    span where neither Ray's workers (10002-19999) nor the kernel's port-0 binds (32768-) land, free on
+    every interface, and never one the caller already holds."""
+    import random
+    import socket
+
+    first = nodes.spare_ports(2, rng=random.Random(3))
+    again = nodes.spare_ports(3, avoid=first, rng=random.Random(3))
+    assert len(set(first)) == 2 and not set(first) & set(again)
+    assert all(nodes.SPARE_PORT_SPAN[0] <= p < nodes.SPARE_PORT_SPAN[1] <= 32768 for p in first + again)
+    with socket.socket() as sock:  # a port bound on loopback only is not free "everywhere"
+        sock.bind(("127.0.0.1", first[0]))
+        assert first[0] not in nodes.spare_ports(50, rng=random.Random(3))  # the same draw: first[0] comes first
 
 
 def test_the_ingress_answers_a_model_whose_replicas_are_full_with_torchserves_503():
