@@ -6,8 +6,8 @@ imports pyarrow (for Ray Data's blocks); nothing served here passes either, yet 
 replica, controller and proxy. Both are in this environment for the build's and the benchmarks'
 sake (statsmodels, datasets). Marking them absent makes those optional imports take their
 "not installed" branch. A handler that does need pandas gets a clear ModuleNotFoundError at its
-import; name a hook of its own (one that does nothing will do) in that app's runtime_env in the Serve
-config: an app's own hook is kept."""
+import: take pandas out of LEFT_OUT. On a cluster the launcher starts, the deploying driver's job
+carries this hook to every Serve process, replicas included, whatever an app's runtime_env names."""
 
 from __future__ import annotations
 
