@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.bench.engines import session_procs
 from benchmarks.load import cli
 from serving.launcher import TorchServe
 from serving.ray import serve_config
@@ -66,13 +67,6 @@ def memory(procs: Sequence[psutil.Process]) -> dict[str, dict[str, float]]:
     return {name: {k: round(v, 1) for k, v in row.items()} for name, row in sorted(out.items())}
 
 
-def processes(server: TorchServe | RayServe) -> list[psutil.Process]:
-    if isinstance(server, RayServe):
-        return server.processes()
-    java = psutil.Process(server.java_pid)
-    return [java, *java.children(recursive=True)]
-
-
 def server(engine: str, store: Path, config_path: Path) -> tuple[TorchServe | RayServe, int]:
     """What make serve (ENGINE=ray) starts, and how many models it serves."""
     config = ServerConfig.load(config_path)
@@ -92,7 +86,7 @@ def one(engine: str, store: Path, config_path: Path) -> dict[str, Any]:
         ready_s = time.monotonic() - began
         log(f"{engine}: {models} models ready in {ready_s:.1f} s; idle {IDLE_S:.0f} s")
         time.sleep(IDLE_S)
-        roles = memory(processes(running))
+        roles = memory(session_procs(running))
         stopping = time.monotonic()
     stop_s = time.monotonic() - stopping
     total = {k: round(sum(r[k] for r in roles.values()), 1) for k in ("processes", "rss_mib", "pss_mib", "uss_mib")}
@@ -177,8 +171,9 @@ def main(argv: Sequence[str]) -> int:
     command = cli.command_line("footprint", argv)
     (folder / "report.json").write_text(json.dumps({"command": command, "summary": rows, "runs": runs}, indent=2),
                                         encoding="utf-8")
-    (folder / "report.md").write_text(markdown(runs, rows, command), encoding="utf-8")
+    text = markdown(runs, rows, command)
+    (folder / "report.md").write_text(text, encoding="utf-8")
     plot(folder / "footprint.png", runs)
-    print("\n".join(markdown(runs, rows, command).splitlines()[4:6 + len(rows)]))
+    print("\n".join(text.splitlines()[4:6 + len(rows)]))
     print(f"report: {folder / 'report.md'}")
     return 0
