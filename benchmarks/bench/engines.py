@@ -1,15 +1,18 @@
 """TorchServe against Ray Serve (its default Python proxy and its HAProxy ingress), same host, same
 run, same archives, each engine with its own tuned values: ready time, idle memory, p50 at one
-client and capacity within the SLO per model.
+client, capacity within the SLO and the CPU each request costs, per model.
 
     python -m benchmarks engines --model minilm,efficientnet_lite0 --generation tinylm
 
 Per model the arms run back to back (TorchServe, Ray's proxy, Ray's HAProxy), each on a fresh
 server serving that model alone: ready time, the PSS and RSS of every process of the engine's
-session after it idles, p50 over a closed loop of one client, then the highest open-loop rate
-whose p99 is within the catalogue's SLO (benchmarks.load.capacity's search). TorchServe takes
+session after it idles, p50 over a closed loop of one client, the CPU seconds each role of the
+session (the processes holding the model, the engine's other processes) and the load generator spent
+per answered request over a closed loop of `2 x workers x batch size` clients, then the highest
+open-loop rate whose p99 is within the catalogue's SLO (benchmarks.load.capacity's search). TorchServe takes
 config.properties' values; Ray the model's app in --serve-config (make tune ENGINE=ray's file), else
-the same values as TorchServe. `--generation <lm>`: the ray-generation verb's rows in the same run.
+the same values as TorchServe. `--generation <lm>`: the ray-generation verb's rows in the same run
+(TorchServe's async mode, Ray behind either ingress).
 
 Writes benchmarks/reports/engines-<time>/ (report.json, report.md, capacity.png).
 """
@@ -86,6 +89,35 @@ def holds_model(proc: psutil.Process) -> bool:
     return False
 
 
+def cpu_seconds(procs: list[psutil.Process]) -> dict[int, tuple[bool, float]]:
+    """Each live process's CPU time so far (user + system), and whether it holds the model."""
+    out = {}
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            out[proc.pid] = (holds_model(proc), times.user + times.system)
+    return out
+
+
+def cpu_per_request(before: dict[int, tuple[bool, float]], after: dict[int, tuple[bool, float]],
+                    load_s: float, requests: int) -> dict:
+    """Milliseconds of CPU per answered request between two `cpu_seconds` readings, by role: the
+    processes holding the model, the engine's other processes, the load generator (this process)."""
+    model = rest = 0.0
+    for pid, (holds, seconds) in after.items():
+        spent = seconds - before.get(pid, (holds, 0.0))[1]
+        model, rest = (model + spent, rest) if holds else (model, rest + spent)
+    per = 1000.0 / max(1, requests)
+    return {"model_ms": round(model * per, 3), "engine_ms": round(rest * per, 3),
+            "load_ms": round(load_s * per, 3), "total_ms": round((model + rest + load_s) * per, 3),
+            "requests": requests}
+
+
+def own_cpu_s() -> float:
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
 def session_procs(server) -> list[psutil.Process]:
     if isinstance(server, RayServe):
         return server.processes()
@@ -102,8 +134,12 @@ def measure(server, model: str, settings, slo_ms: float, args) -> dict:
     in_flight = max(2, 2 * settings.min_workers * settings.batch_size)
     runner.warm_up(target, payloads, 5.0, in_flight)
     one = loadgen.closed_loop(target, payloads, 1, StabilityRule(last=3, max_windows=4), 3.0, progress=quiet).figures()
-    busy = loadgen.closed_loop(target, payloads, in_flight, StabilityRule(last=2, max_windows=3), 2.0,
-                               progress=quiet).figures()
+    procs, own = session_procs(server), own_cpu_s()
+    before = cpu_seconds(procs)
+    result = loadgen.closed_loop(target, payloads, in_flight, StabilityRule(last=2, max_windows=3), 2.0,
+                                 progress=quiet)
+    cpu = cpu_per_request(before, cpu_seconds(procs), own_cpu_s() - own, len(result.samples))
+    busy = result.figures()
     rule = StabilityRule(last=3, max_windows=5)
     budget, points = Budget(60 * args.arm_budget_min), []
 
@@ -119,7 +155,7 @@ def measure(server, model: str, settings, slo_ms: float, args) -> dict:
     with contextlib.suppress(BudgetSpent):  # the points measured until then are the arm's
         find_max_rate(probe, 0.8 * busy["throughput_rps"], slo_ms, RateSettings(max_points=args.max_points))
     best = max((p for p in points if p.passes(slo_ms)), key=lambda p: p.achieved_rps, default=None)
-    return {"idle": idle, "p50_1_ms": one["latency_ms"]["p50_ms"], "closed_rps": round(busy["throughput_rps"], 1),
+    return {"idle": idle, "p50_1_ms": one["latency_ms"]["p50_ms"], "closed_rps": round(busy["throughput_rps"], 1), "cpu": cpu,
             "capacity_rps": round(best.achieved_rps, 1) if best else 0.0,
             "capacity_p99_ms": best.p99_ms if best else None, "capacity_samples": best.samples if best else None,
             "points": [p.to_json() for p in points], "left_out": budget.left_out}
@@ -154,9 +190,11 @@ def compare(rows: list[dict]) -> list[dict]:
         p50 = r["p50_1_ms"] - ts["p50_1_ms"]
         mem = r["idle"]["pss_gib"] / ts["idle"]["pss_gib"]
         held = r["idle"]["model_pss_gib"] / ts["idle"]["model_pss_gib"] if ts["idle"]["model_pss_gib"] else None
+        cpu = r["cpu"]["total_ms"] / ts["cpu"]["total_ms"] if ts["cpu"]["total_ms"] else None
         out.append({"model": r["model"], "engine": r["engine"], "capacity_x": None if cap is None else round(cap, 2),
                     "p50_delta_ms": round(p50, 2), "pss_x": round(mem, 2),
                     "model_pss_x": None if held is None else round(held, 2),
+                    "cpu_x": None if cpu is None else round(cpu, 2),
                     "met": {"capacity": cap is not None and cap >= 0.9, "p50": p50 <= 2.0,
                             "memory": held is not None and held <= 1.5,
                             "ready": r["ready_s"] <= 30.0}})
@@ -176,6 +214,12 @@ def capacity_cell(row: dict) -> str:
     return f"{row['capacity_rps']} ({row['capacity_p99_ms']:.1f}, {row['capacity_samples']})"
 
 
+def cpu_cell(cpu: Optional[dict]) -> str:
+    if not cpu:
+        return "-"
+    return f"{cpu['total_ms']} = {cpu['model_ms']} / {cpu['engine_ms']} / {cpu['load_ms']}"
+
+
 def ratio(x: Optional[float]) -> str:
     """A capacity ratio; 0: Ray held the SLO at none of the rates its budget measured."""
     return "no TorchServe point" if x is None else "none within the SLO" if x == 0 else f"{x}x"
@@ -187,24 +231,28 @@ def markdown(report: dict) -> str:
              f"`{report['command']}` ({report['cpus']} cores; one run, arms back to back per model: ratios)", ""]
     lines += cli.table(
         ("model", "engine", "values (from)", "ready s", "idle PSS all / model, RSS GiB (procs)", "p50 1 client ms",
-         "capacity req/s (p99 ms, n)"),
+         "CPU ms per request: model / engine / load", "capacity req/s (p99 ms, n)"),
         [(f"{r['model']} (SLO {r['slo_ms']:g} ms)" if "slo_ms" in r else r["model"], r["engine"],
           f"{brief(r['settings'])} ({r['from']})", r["ready_s"],
           f"{r['idle']['pss_gib']} / {r['idle'].get('model_pss_gib')}, {r['idle']['rss_gib']} ({r['idle']['processes']})", r["p50_1_ms"] and
-          round(r["p50_1_ms"], 2), capacity_cell(r))
+          round(r["p50_1_ms"], 2), cpu_cell(r.get("cpu")), capacity_cell(r))
          for r in rows])
     yes = {True: "met", False: "missed"}
-    lines += ["", "Against TorchServe (targets: capacity >= 0.9x, p50 <= +2 ms, the model's idle PSS <= 1.5x, ready <= 30 s):", ""]
-    lines += cli.table(("model", "engine", "capacity", "p50", "idle PSS: all, model", "ready"),
+    lines += ["", "Against TorchServe (targets: capacity >= 0.9x, p50 <= +2 ms, the model's idle PSS <= 1.5x, ready <= 30 s;"
+              " CPU per request shown, not judged):", ""]
+    lines += cli.table(("model", "engine", "capacity", "p50", "idle PSS: all, model", "ready", "CPU per request"),
                        [(c["model"], c["engine"], f"{ratio(c['capacity_x'])} ({yes[c['met']['capacity']]})",
                          f"{c['p50_delta_ms']:+} ms ({yes[c['met']['p50']]})",
-                         f"{c['pss_x']}x, {c.get('model_pss_x')}x ({yes[c['met']['memory']]})", yes[c["met"]["ready"]])
+                         f"{c['pss_x']}x, {c.get('model_pss_x')}x ({yes[c['met']['memory']]})", yes[c["met"]["ready"]],
+                         "-" if c.get("cpu_x") is None else f"{c['cpu_x']}x")
                         for c in report["compare"]])
     if report.get("generation"):
         lines += ["", f"{report['generation']['model']}, {report['clients']} streaming clients (output tokens/s):", ""]
-        lines += cli.table(("engine", "tokens/s", "TTFT p50 ms", "TTFT p90 ms"),
-                           [(g["engine"], g["tokens_per_s"], g["ttft_p50_ms"], g["ttft_p90_ms"])
-                            for g in report["generation"]["rows"]])
+        gen_rows = report["generation"]["rows"]
+        best = max((g["tokens_per_s"] for g in gen_rows if g["engine"].startswith("TorchServe")), default=0.0)
+        lines += cli.table(("engine", "tokens/s", "against TorchServe's best", "TTFT p50 ms", "TTFT p90 ms"),
+                           [(g["engine"], g["tokens_per_s"], f"{g['tokens_per_s'] / best:.2f}x" if best else "-",
+                             g["ttft_p50_ms"], g["ttft_p90_ms"]) for g in gen_rows])
     return "\n".join(lines + ["", "![capacity](capacity.png)", ""])
 
 
@@ -223,15 +271,15 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def generation(args) -> dict:
-    """The ray-generation verb's arms: TorchServe async 1x2 and 2x1, Ray 2 replicas (proxy)."""
+    """The ray-generation verb's arms: TorchServe async 1x2 and 2x1, Ray 2 replicas behind each ingress."""
     gen = SimpleNamespace(model=args.generation, clients=args.clients, new_tokens=32, rounds=args.rounds,
-                          ray_threads=0, haproxy=False)
+                          ray_threads=0)
     with tempfile.TemporaryDirectory(prefix="engines-") as tmp:
         store = Path(tmp)
         with_handler_settings(args.model_store / f"{gen.model}.mar", store, gen.model,
                               {"causal_lm": {**PLAIN, "mode": "async"}})
         rows = [ray_generation.torchserve(store, gen, layout) for layout in ((1, 2), (2, 1))]
-        rows.append(ray_generation.ray(store, gen, 2))
+        rows += [ray_generation.ray(store, SimpleNamespace(**vars(gen), haproxy=haproxy), 2) for haproxy in (False, True)]
     return {"model": gen.model, "rows": rows}
 
 
