@@ -13,18 +13,18 @@ requests through `infer` and asks `metadata` for the protocol's model metadata. 
   handler package; it batches the records with `@serve.batch`: `max_batch_size` and
   `batch_wait_timeout_s` come from the app's args (TorchServe's batchSize and maxBatchDelay) and a
   deployment's `user_config` changes them at runtime (`reconfigure`);
-- runs one batch at a time on a thread of its own through the handler's batch loop (the one TorchServe's
-  path runs) and answers each request with its own `Reply`: a bad request gets its own 4xx while its
-  batch-mates get 200.
+- runs one batch at a time through the handler's batch loop (the one TorchServe's path runs) on the
+  replica's own event loop, as TorchServe's worker runs its batches on its one thread, and answers
+  each request with its own `Reply`: a bad request gets its own 4xx while its batch-mates get 200.
+  Not on a thread of its own: the event loop and the forward pass would then trade the GIL back and
+  forth (a convoy), which costs more CPU per request than it overlaps (docs/ray.md#one-thread-per-replica).
 """
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -95,7 +95,6 @@ class ArchiveDeployment:
         self.handler = handler_module.Handler(engine=ray_engine.Ray)
         self.handler.initialize(self.context)
         self.deadline_ms = self.handler.settings.runtime.deadline_ms
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"handler-{model}")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Serve's user_config: max_batch_size and batch_wait_timeout_s, at start and at runtime."""
@@ -137,7 +136,7 @@ class ArchiveDeployment:
 
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.1, max_concurrent_batches=1)
     async def handle_batch(self, batch: list[Any]) -> list[Any]:
-        return await asyncio.get_running_loop().run_in_executor(self.pool, self.handler.handle, batch, self.context)
+        return self.handler.handle(batch, self.context)
 
 
 def build(args: dict[str, Any]) -> serve.Application:

@@ -293,3 +293,31 @@ def test_the_ingress_replica_loads_no_torch_and_serve_no_pandas_or_pyarrow():
     done = subprocess.run([sys.executable, "-c", INGRESS_IMPORTS], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_batch_runs_on_the_replicas_event_loop_as_torchserves_worker_runs_it_on_its_one_thread():
+    """The handler's batch loop runs on the replica's event loop: on a thread of its own, the loop and
+    the forward pass would trade the GIL (docs/ray.md#one-thread-per-replica)."""
+    import asyncio
+    import threading
+
+    from serving.ray.app import ArchiveDeployment
+
+    ran_on = []
+
+    class Handler:
+        def handle(self, batch, context):
+            ran_on.append(threading.get_ident())
+            return [f"reply-{record}" for record in batch]
+
+    replica = object.__new__(ArchiveDeployment.func_or_class)
+    replica.handler, replica.context = Handler(), None
+
+    handle_batch = ArchiveDeployment.func_or_class.handle_batch.__wrapped__  # the body under @serve.batch
+
+    async def one_batch():
+        return await handle_batch(replica, ["a", "b"]), threading.get_ident()
+
+    replies, loop_thread = asyncio.run(one_batch())
+    assert replies == ["reply-a", "reply-b"]
+    assert ran_on == [loop_thread]
