@@ -191,10 +191,12 @@ def compare(rows: list[dict]) -> list[dict]:
         mem = r["idle"]["pss_gib"] / ts["idle"]["pss_gib"]
         held = r["idle"]["model_pss_gib"] / ts["idle"]["model_pss_gib"] if ts["idle"]["model_pss_gib"] else None
         cpu = r["cpu"]["total_ms"] / ts["cpu"]["total_ms"] if ts["cpu"]["total_ms"] else None
+        closed = r["closed_rps"] / ts["closed_rps"] if ts["closed_rps"] else None
         out.append({"model": r["model"], "engine": r["engine"], "capacity_x": None if cap is None else round(cap, 2),
                     "p50_delta_ms": round(p50, 2), "pss_x": round(mem, 2),
                     "model_pss_x": None if held is None else round(held, 2),
                     "cpu_x": None if cpu is None else round(cpu, 2),
+                    "closed_x": None if closed is None else round(closed, 2),
                     "met": {"capacity": cap is not None and cap >= 0.9, "p50": p50 <= 2.0,
                             "memory": held is not None and held <= 1.5,
                             "ready": r["ready_s"] <= 30.0}})
@@ -231,20 +233,22 @@ def markdown(report: dict) -> str:
              f"`{report['command']}` ({report['cpus']} cores; one run, arms back to back per model: ratios)", ""]
     lines += cli.table(
         ("model", "engine", "values (from)", "ready s", "idle PSS all / model, RSS GiB (procs)", "p50 1 client ms",
-         "CPU ms per request: model / engine / load", "capacity req/s (p99 ms, n)"),
+         "CPU ms per request: model / engine / load", "closed loop req/s", "capacity req/s (p99 ms, n)"),
         [(f"{r['model']} (SLO {r['slo_ms']:g} ms)" if "slo_ms" in r else r["model"], r["engine"],
           f"{brief(r['settings'])} ({r['from']})", r["ready_s"],
           f"{r['idle']['pss_gib']} / {r['idle'].get('model_pss_gib')}, {r['idle']['rss_gib']} ({r['idle']['processes']})", r["p50_1_ms"] and
-          round(r["p50_1_ms"], 2), cpu_cell(r.get("cpu")), capacity_cell(r))
+          round(r["p50_1_ms"], 2), cpu_cell(r.get("cpu")), r["closed_rps"], capacity_cell(r))
          for r in rows])
     yes = {True: "met", False: "missed"}
     lines += ["", "Against TorchServe (targets: capacity >= 0.9x, p50 <= +2 ms, the model's idle PSS <= 1.5x, ready <= 30 s;"
-              " CPU per request shown, not judged):", ""]
-    lines += cli.table(("model", "engine", "capacity", "p50", "idle PSS: all, model", "ready", "CPU per request"),
+              " CPU per request and the closed loop's throughput shown, not judged):", ""]
+    lines += cli.table(("model", "engine", "capacity", "p50", "idle PSS: all, model", "ready", "CPU per request",
+                        "closed loop"),
                        [(c["model"], c["engine"], f"{ratio(c['capacity_x'])} ({yes[c['met']['capacity']]})",
                          f"{c['p50_delta_ms']:+} ms ({yes[c['met']['p50']]})",
                          f"{c['pss_x']}x, {c.get('model_pss_x')}x ({yes[c['met']['memory']]})", yes[c["met"]["ready"]],
-                         "-" if c.get("cpu_x") is None else f"{c['cpu_x']}x")
+                         "-" if c.get("cpu_x") is None else f"{c['cpu_x']}x",
+                         "-" if c.get("closed_x") is None else f"{c['closed_x']}x")
                         for c in report["compare"]])
     if report.get("generation"):
         lines += ["", f"{report['generation']['model']}, {report['clients']} streaming clients (output tokens/s):", ""]

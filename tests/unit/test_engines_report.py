@@ -10,7 +10,7 @@ def row(engine: str, capacity: float, p50: float, pss: float, ready: float = 20.
             "ready_s": ready, "idle": {"pss_gib": pss, "model_pss_gib": model_pss, "rss_gib": 2 * pss, "processes": 3},
             "p50_1_ms": p50, "cpu": {"model_ms": cpu_ms / 2, "engine_ms": cpu_ms / 4, "load_ms": cpu_ms / 4,
                                      "total_ms": cpu_ms, "requests": 1000},
-            "capacity_rps": capacity, "capacity_p99_ms": 40.0 if capacity else None,
+            "closed_rps": 2 * capacity, "capacity_rps": capacity, "capacity_p99_ms": 40.0 if capacity else None,
             "capacity_samples": 1200 if capacity else None, "points": [{}, {}]}
 
 
@@ -23,6 +23,7 @@ def test_ray_arms_are_judged_against_torchserve_of_the_same_model():
     assert (haproxy["capacity_x"], haproxy["p50_delta_ms"], haproxy["pss_x"], haproxy["model_pss_x"]) == (0.95, 1.0, 3.0, 1.4)
     assert all(haproxy["met"].values())  # the cluster's own processes (3x here) are shown, not judged
     assert (proxy["cpu_x"], haproxy["cpu_x"]) == (1.0, 1.5)
+    assert (proxy["closed_x"], haproxy["closed_x"]) == (0.5, 0.95)
 
 
 def test_cpu_per_request_splits_the_model_processes_from_the_rest_of_the_engine():
