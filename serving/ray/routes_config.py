@@ -43,7 +43,8 @@ class DoorLimits:
         """A model deployment's Serve limits: `held` requests ongoing in a replica (its batcher's queue
         and batch; an LM's engine admits from them), and job_queue_size more waiting for a slot, past
         which Serve answers 503 at once, in the replica's HTTP server (or the caller's router) before
-        any code of ours runs, in a few ms even when the replica is saturated. Serve counts a request
+        any code of ours runs, in a few ms while the refusals fit on the replica's event loop beside its
+        batches (docs/ray.md#what-differs-from-torchserve). Serve counts a request
         as waiting from its arrival until it takes a slot, so a smaller wait limit would refuse a burst
         the replica has room for."""
         return {"max_ongoing_requests": self.held(batch_size), "max_queued_requests": self.job_queue_size}
