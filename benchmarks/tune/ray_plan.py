@@ -31,7 +31,7 @@ import yaml
 
 from benchmarks.load import loadgen, resources, runner, server_metrics
 from benchmarks.load.errors import BenchmarkError
-from benchmarks.tune import command
+from benchmarks.tune import command, report
 from benchmarks.tune.errors import TuneError
 from benchmarks.tune.measure import ServedMeasurer, ServePlan, point_from
 from benchmarks.tune.pipeline import tune_model
@@ -183,6 +183,8 @@ def main(argv: Sequence[str]) -> int:
         record = {"chosen": chosen.to_json(), "written": shown(path), "verification": verified,
                   "ingress": "HAProxy" if args.haproxy else "proxy"}
         (options.folder / "ray.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        report.write(options.folder, {**json.loads((options.folder / "report.json").read_text(encoding="utf-8")),
+                                      "ray": record})
         progress(f"verification {'passed' if verified['passed'] else 'FAILED'}: {shown(options.folder)}/ray.json")
         status = max(status, 0 if verified["passed"] else 1)
     return status

@@ -68,7 +68,7 @@ def build(options: TuneOptions, fit: dict, service: ServiceModel, result: Search
             verdict += (f", {chosen.throughput_rps / defaults.throughput_rps:.2f}x TorchServe's defaults "
                         f"({defaults.throughput_rps:.1f} req/s)")
         verdict += "." + (f" Written to {written['path']}; {verification.summary()}." if written and verification
-                          else f" Written to {written['path']} (not verified)." if written else " Not written.")
+                          else f" Written to {written['path']} (not verified)." if written else " config.properties not written.")
         confirmed = verification.confirmed if verification is not None else None
         if confirmed is not None:
             verdict += (f" Capacity from the written file, measured with the benchmark's point: "
@@ -147,11 +147,25 @@ def _candidate_table(results: list[dict], chosen_key: Optional[str], with_predic
     return cli.table(head, rows)
 
 
+def ray_lines(ray: Optional[dict]) -> list[str]:
+    """tune-ray's file for Ray Serve: what went into it and how serving it went."""
+    if not ray:
+        return []
+    chosen, verified = ray["chosen"], ray["verification"]
+    answers = ", ".join(f"{model} answered {a['status']}" for model, a in verified["answers"].items()) or "no answer"
+    return ["## Written for Ray Serve", "",
+            f"Written into `{ray['written']}`: {chosen['workers']} replicas x {chosen['threads']} CPU, max_batch_size "
+            f"{chosen['batch_size']}, batch_wait_timeout_s {chosen['max_batch_delay_ms'] / 1000:g}. Verified by serving "
+            f"that file behind {ray['ingress']}: {answers}, ready in {_f(verified.get('ready_s'))} s: "
+            f"{'passed' if verified['passed'] else 'FAILED'}.", ""]
+
+
 def markdown(report: dict) -> str:
     model, slo = report["model"], report["slo_ms"]
     chosen = report.get("chosen") or {}
     lines = [f"# Tuning {model}: {report['started']}", ""]
     lines += [report.get("verdict", ""), ""]
+    lines += ray_lines(report.get("ray"))
     before_after = report.get("before_after") or []
     if before_after:
         lines += ["## Before / after", "",

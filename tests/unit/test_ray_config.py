@@ -168,3 +168,18 @@ def test_every_app_runs_the_workers_setup_hook_unless_its_runtime_env_names_its_
     hooks = [app["runtime_env"]["worker_process_setup_hook"] for app in out["applications"]]
     assert hooks == ["mine.setup", SETUP_HOOK, SETUP_HOOK]
     assert out["applications"][1]["runtime_env"]["env_vars"] == {"X": "1"}
+
+
+def test_the_tune_report_says_what_went_into_rays_file_and_how_serving_it_went() -> None:
+    from benchmarks.tune import report
+
+    ray = {"chosen": {"workers": 2, "threads": 1, "batch_size": 6, "max_batch_delay_ms": 1}, "written": "ray-serve.yaml",
+           "verification": {"passed": True, "ready_s": 21.57, "answers": {"minilm": {"status": 200}}},
+           "ingress": "HAProxy"}
+    text = report.markdown({"model": "minilm", "slo_ms": 50.0, "started": "x", "verdict": "v", "command": "c", "ray": ray})
+    assert ("Written into `ray-serve.yaml`: 2 replicas x 1 CPU, max_batch_size 6, batch_wait_timeout_s 0.001. "
+            "Verified by serving that file behind HAProxy: minilm answered 200, ready in 21.6 s: passed.") in text
+    failed = {**ray, "verification": {"passed": False, "ready_s": None, "answers": {"minilm": {"status": 503}}}}
+    assert "minilm answered 503, ready in - s: FAILED." in report.markdown(
+        {"model": "minilm", "slo_ms": 50.0, "started": "x", "verdict": "v", "command": "c", "ray": failed})
+    assert "Written for Ray Serve" not in report.markdown({"model": "m", "slo_ms": 50.0, "started": "x", "verdict": "v", "command": "c"})
